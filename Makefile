@@ -1,0 +1,35 @@
+# Two commands do all the set-up:  make run   and   make test
+# Override for other machines, e.g. TORCH_SPEC='torch==2.9.1' on an aarch64 Raspberry Pi.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+RUN_CONFIG ?=
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.edgeflex-installed
+
+.PHONY: venv run test lint clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and explicitly: any other torch request would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m scripts.run_simulation --run-config "$(RUN_CONFIG)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf .flwr .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,201 @@
+"""Data: the bundled digits set (or a Hugging Face dataset), the server's test split, client partitions.
+
+The held-out test split stays at the server; the rest is partitioned over the clients with
+flwr-datasets partitioners on an in-memory ``datasets.Dataset``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import datasets
+from datasets import ClassLabel, Dataset
+from flwr_datasets.partitioner import (
+    DirichletPartitioner,
+    IidPartitioner,
+    PathologicalPartitioner,
+    Partitioner,
+)
+from numpy.typing import NDArray
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+from common.settings import ConfigError, Settings
+
+DIGITS = "digits"
+
+# Partitioning a few thousand rows in memory needs no progress bar on every client call.
+datasets.disable_progress_bars()
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Shape of one sample and the number of classes: what a model needs to be built."""
+
+    image_shape: tuple[int, int, int]  # channels, height, width
+    num_classes: int
+
+    @property
+    def num_features(self) -> int:
+        c, h, w = self.image_shape
+        return c * h * w
+
+
+@dataclass(frozen=True)
+class ArrayData:
+    """Features as float32 ``(n, num_features)`` and labels as int64 ``(n,)``."""
+
+    x: NDArray[np.float32]
+    y: NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+DIGITS_SPEC = DataSpec(image_shape=(1, 8, 8), num_classes=10)
+
+
+def _digits() -> ArrayData:
+    bunch = load_digits()
+    # Pixel intensities are 0..16; scale to [0, 1] so a plain SGD step size works.
+    x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).astype(np.float32)
+    return ArrayData(x=x, y=np.asarray(bunch.target, dtype=np.int64))
+
+
+def data_spec(settings: Settings) -> DataSpec:
+    if settings.dataset == DIGITS:
+        return DIGITS_SPEC
+    return _hub_spec(settings.dataset)
+
+
+def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
+    """Stratified, seeded split of the bundled digits into (train, test)."""
+    data = _digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        data.x,
+        data.y,
+        test_size=settings.test_fraction,
+        random_state=settings.seed,
+        stratify=data.y,
+    )
+    return ArrayData(x_train, y_train), ArrayData(x_test, y_test)
+
+
+def server_test_split(settings: Settings) -> ArrayData:
+    """The centralized evaluation set kept at the server."""
+    if settings.dataset == DIGITS:
+        return split_train_test(settings)[1]
+    return _hub_split(settings.dataset, "test")
+
+
+def make_partitioner(settings: Settings) -> Partitioner:
+    """The flwr-datasets partitioner that ``partitioner`` names."""
+    n = settings.num_clients
+    if settings.partitioner == "iid":
+        return IidPartitioner(num_partitions=n)
+    if settings.partitioner == "dirichlet":
+        return DirichletPartitioner(
+            num_partitions=n,
+            partition_by="label",
+            alpha=settings.dirichlet_alpha,
+            min_partition_size=1,
+            self_balancing=True,
+            seed=settings.seed,
+        )
+    if settings.partitioner == "labels":
+        return PathologicalPartitioner(
+            num_partitions=n,
+            partition_by="label",
+            num_classes_per_partition=settings.labels_per_client,
+            class_assignment_mode="first-deterministic",
+            seed=settings.seed,
+        )
+    raise ConfigError(f"unknown partitioner {settings.partitioner!r}")
+
+
+def client_partition(settings: Settings, partition_id: int) -> ArrayData:
+    """Training data of client ``partition_id`` (0-based)."""
+    if not 0 <= partition_id < settings.num_clients:
+        raise ValueError(
+            f"partition-id {partition_id} is outside 0..{settings.num_clients - 1} "
+            f"(num-clients = {settings.num_clients})"
+        )
+    if settings.dataset != DIGITS:
+        return _hub_partition(settings, partition_id)
+    train, _ = split_train_test(settings)
+    partitioner = make_partitioner(settings)
+    partitioner.dataset = _to_dataset(train)
+    part = partitioner.load_partition(partition_id).with_format("numpy")
+    if len(part) == 0:
+        raise ValueError(
+            f"partition {partition_id} is empty with partitioner={settings.partitioner!r} "
+            f"and num-clients={settings.num_clients}"
+        )
+    return ArrayData(
+        x=np.asarray(part["x"], dtype=np.float32), y=np.asarray(part["label"], dtype=np.int64)
+    )
+
+
+def _to_dataset(data: ArrayData) -> Dataset:
+    ds = Dataset.from_dict({"x": data.x, "label": data.y})
+    return ds.cast_column("label", ClassLabel(num_classes=int(data.y.max()) + 1))
+
+
+# --- Hugging Face datasets: only where the hub is reachable --------------------------------
+
+
+class HubUnavailableError(RuntimeError):
+    """The Hugging Face Hub cannot be reached, so a hub dataset cannot be loaded."""
+
+
+def _require_hub(name: str) -> None:
+    """Fail fast (seconds, not a long retry loop) when the hub is unreachable."""
+    import huggingface_hub
+
+    try:
+        huggingface_hub.HfApi().dataset_info(name, timeout=5.0)
+    except Exception as exc:  # offline mode, DNS failure, timeout, unknown repo
+        raise HubUnavailableError(
+            f"dataset = {name!r} needs the Hugging Face Hub, which cannot be reached "
+            f"({type(exc).__name__}: {exc}). Use dataset = \"{DIGITS}\", which ships with "
+            "scikit-learn, or run where the hub is reachable."
+        ) from exc
+
+
+def _hub_federated(settings: Settings):  # type: ignore[no-untyped-def]
+    from flwr_datasets import FederatedDataset
+
+    _require_hub(settings.dataset)
+    return FederatedDataset(
+        dataset=settings.dataset,
+        partitioners={"train": make_partitioner(settings)},
+        seed=settings.seed,
+    )
+
+
+def _image_arrays(ds: Dataset) -> ArrayData:
+    """Images in column ``image`` (or ``img``) and labels in ``label``, scaled to [0, 1]."""
+    key = "image" if "image" in ds.column_names else "img"
+    x = np.stack([np.asarray(img, dtype=np.float32).reshape(-1) / 255.0 for img in ds[key]])
+    return ArrayData(x=x.astype(np.float32), y=np.asarray(ds["label"], dtype=np.int64))
+
+
+def _hub_partition(settings: Settings, partition_id: int) -> ArrayData:
+    return _image_arrays(_hub_federated(settings).load_partition(partition_id, "train"))
+
+
+def _hub_split(name: str, split: str) -> ArrayData:
+    from datasets import load_dataset
+
+    _require_hub(name)
+    return _image_arrays(load_dataset(name, split=split))
+
+
+def _hub_spec(name: str) -> DataSpec:
+    """Infer a square grey (1 channel) or colour (3 channel) image shape from one test sample."""
+    test = _hub_split(name, "test")
+    size = int(test.x[0].size)
+    channels = 1 if round(np.sqrt(size)) ** 2 == size else 3
+    side = int(round(np.sqrt(size / channels)))
+    return DataSpec(image_shape=(channels, side, side), num_classes=int(test.y.max()) + 1)

@@ -1,0 +1,157 @@
+"""Typed run settings, parsed once from Flower's run config.
+
+Every key is kebab-case in the run config and has its default in
+``[tool.flwr.app.config]`` of ``pyproject.toml``. An unknown key, a missing key,
+a value of the wrong type or outside its allowed range stops the run before any
+training, with a message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+STRATEGIES = ("dense",)
+PARTITIONERS = ("iid", "dirichlet", "labels")
+MODELS = ("mlp", "cnn")
+
+
+class ConfigError(ValueError):
+    """A run-config key or value is not acceptable."""
+
+
+def _spec(
+    *,
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+    doc: str = "",
+) -> Any:
+    return field(
+        metadata={
+            "choices": choices,
+            "minimum": minimum,
+            "maximum": maximum,
+            "exclusive_minimum": exclusive_minimum,
+            "exclusive_maximum": exclusive_maximum,
+            "doc": doc,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved configuration of one run. Field ``foo_bar`` is run-config key ``foo-bar``."""
+
+    num_clients: int = _spec(minimum=1, doc="number of clients (SuperNodes) in the run")
+    num_server_rounds: int = _spec(minimum=1, doc="synchronous training rounds")
+    seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
+    dataset: str = _spec(doc='"digits" (bundled) or a Hugging Face dataset name')
+    test_fraction: float = _spec(
+        minimum=0.0, maximum=1.0, exclusive_minimum=True, exclusive_maximum=True,
+        doc="share of the data held out at the server for centralized evaluation",
+    )
+    partitioner: str = _spec(choices=PARTITIONERS, doc="how training data is split over clients")
+    dirichlet_alpha: float = _spec(
+        minimum=0.0, exclusive_minimum=True, doc="concentration of the dirichlet partitioner"
+    )
+    labels_per_client: int = _spec(minimum=1, doc="labels per client for the labels partitioner")
+    model: str = _spec(choices=MODELS, doc="model from the registry")
+    strategy: str = _spec(choices=STRATEGIES, doc="aggregation strategy")
+    local_steps: int = _spec(minimum=1, doc="SGD steps per client per round")
+    batch_size: int = _spec(minimum=1, doc="samples per local SGD step")
+    learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")
+    devices_file: str = _spec(doc="TOML file of device presets and mixes (relative to the app)")
+    device_mix: str = _spec(doc="name of the device mix assigned across clients")
+    round_timeout_s: float = _spec(
+        minimum=0.0, exclusive_minimum=True, doc="seconds to wait for replies in a round"
+    )
+    results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [_key(f.name) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> Settings:
+        """Validate ``run_config`` and return typed settings.
+
+        Raises
+        ------
+        ConfigError
+            Naming the offending key and the allowed keys or values.
+        """
+        allowed = cls.keys()
+        unknown = sorted(set(run_config) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"unknown run-config key(s) {', '.join(repr(k) for k in unknown)}; "
+                f"allowed keys: {', '.join(allowed)}"
+            )
+        missing = [k for k in allowed if k not in run_config]
+        if missing:
+            raise ConfigError(f"missing run-config key(s): {', '.join(missing)}")
+        values = {
+            f.name: _check(f, run_config[_key(f.name)]) for f in dataclasses.fields(cls)
+        }
+        return cls(**values)
+
+    def to_run_config(self) -> dict[str, Any]:
+        return {_key(k): v for k, v in dataclasses.asdict(self).items()}
+
+
+def _key(field_name: str) -> str:
+    return field_name.replace("_", "-")
+
+
+def _check(f: dataclasses.Field[Any], value: Any) -> Any:
+    key = _key(f.name)
+    meta = f.metadata
+    if f.type in ("int", int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+    elif f.type in ("float", float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} must be finite, got {value!r}")
+    elif f.type in ("str", str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+    choices = meta["choices"]
+    if choices is not None and value not in choices:
+        raise ConfigError(
+            f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}"
+        )
+    low, high = meta["minimum"], meta["maximum"]
+    if low is not None and (value < low or (meta["exclusive_minimum"] and value == low)):
+        bound = ">" if meta["exclusive_minimum"] else ">="
+        raise ConfigError(f"{key} must be {bound} {low}, got {value!r}")
+    if high is not None and (value > high or (meta["exclusive_maximum"] and value == high)):
+        bound = "<" if meta["exclusive_maximum"] else "<="
+        raise ConfigError(f"{key} must be {bound} {high}, got {value!r}")
+    return value
+
+
+def default_run_config(pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> dict[str, Any]:
+    """The defaults of ``[tool.flwr.app.config]`` (what ``flwr run`` starts from)."""
+    with pyproject.open("rb") as fh:
+        data = tomllib.load(fh)
+    return dict(data["tool"]["flwr"]["app"]["config"])
+
+
+def settings_with(**overrides: Any) -> Settings:
+    """Defaults from pyproject with overrides given as Python names (for tests and scripts)."""
+    config = default_run_config()
+    config.update({_key(k): v for k, v in overrides.items()})
+    return Settings.from_run_config(config)

@@ -1,0 +1,1 @@
+"""Command-line scripts: the simulation launcher, comparisons and benchmarks."""

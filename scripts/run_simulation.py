@@ -1,0 +1,277 @@
+"""Run one experiment as a local Flower simulation, and clean up after it.
+
+    python -m scripts.run_simulation --run-config 'num-server-rounds=3 seed=7 results-dir=/tmp/x'
+    python -m scripts.run_simulation --run-config configs/NAME.toml
+
+What it does, in order:
+1. validates the run config (pyproject defaults + overrides) before anything starts;
+2. starts its own ``flower-superlink --simulation`` on a free loopback port, with a
+   project-local FLWR_HOME and runtime dependency installation disabled;
+3. runs ``flwr run . <connection> --stream`` with ``num-supernodes = num-clients``;
+4. stops that SuperLink by its PID (its whole process group) when the run ends, fails or is
+   interrupted, and reports where the records are.
+Exit code 0 only when the run wrote its ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
+from server.devices import load_catalog
+from server.records import default_results_dir
+
+CONNECTION = "edgeflex-local"
+FLWR_DIR = PROJECT_ROOT / ".flwr"
+_PAIR = re.compile(r"""(\S+?)=('[^']*'|"[^"]*"|\S+)""")
+
+
+def parse_overrides(text: str | None) -> dict[str, Any]:
+    """``"k=v k2=v2"`` (values in TOML syntax, bare words taken as strings) or a TOML file path."""
+    if not text or not text.strip():
+        return {}
+    text = text.strip()
+    if text.endswith(".toml") and "=" not in text:
+        path = Path(text)
+        if not path.is_absolute() and not path.exists():
+            path = PROJECT_ROOT / path
+        with path.open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    pairs = _PAIR.findall(text)
+    leftover = _PAIR.sub("", text).strip()
+    if leftover:
+        raise ConfigError(f"cannot parse run-config text {leftover!r}; expected key=value pairs")
+    out: dict[str, Any] = {}
+    for key, raw in pairs:
+        try:
+            out[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw  # a bare word such as a path or a name
+    return out
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> Settings:
+    """Defaults + overrides, validated; ``results-dir`` made absolute (default is timestamped)."""
+    config = default_run_config()
+    config.update(overrides)
+    settings = Settings.from_run_config(config)
+    results = Path(settings.results_dir) if settings.results_dir else (
+        PROJECT_ROOT / default_results_dir(settings.strategy, now)
+    )
+    if not results.is_absolute():
+        results = PROJECT_ROOT / results
+    config["results-dir"] = str(results)
+    settings = Settings.from_run_config(config)
+    load_catalog(PROJECT_ROOT / settings.devices_file).assign(settings.device_mix, settings.num_clients)
+    return settings
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if '"' in text or "\\" in text:
+        raise ConfigError(f"string value {text!r} may not contain quotes or backslashes")
+    return f'"{text}"'
+
+
+def format_overrides(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={toml_value(v)}" for k, v in config.items())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flower_env(flwr_home: Path) -> dict[str, str]:
+    env = os.environ.copy()
+    env.update(
+        {
+            "FLWR_HOME": str(flwr_home),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "RAY_DEDUP_LOGS": "0",
+        }
+    )
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1.0) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Stop ``proc`` and every process in its group (it was started as a group leader)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    # Children (ServerApp, simulation, Ray workers) may outlive the leader: end the group.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) -> Iterator[int]:
+    """A ``flower-superlink --simulation`` of our own on loopback; yields its port."""
+    port = free_port()
+    env = flower_env(flwr_home)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                "flower-superlink",
+                "--insecure",
+                "--simulation",
+                "--disable-runtime-dependency-installation",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so we can stop all of it
+            cwd=PROJECT_ROOT,
+        )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not _healthy(port):
+            if proc.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited early; see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"flower-superlink not ready after {timeout_s:.0f} s")
+            time.sleep(0.2)
+        yield port
+    finally:
+        stop_process_group(proc)
+
+
+def write_connection(flwr_home: Path, port: int) -> None:
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    (flwr_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+
+
+def federation_config(settings: Settings) -> str:
+    # Two Ray actors on two cores; Ray's own logs stay out of the run's output.
+    return (
+        f"num-supernodes={settings.num_clients} client-resources-num-cpus=1 "
+        "init-args-num-cpus=2 init-args-log-to-driver=false"
+    )
+
+
+def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Path]:
+    """Run one simulation; return (exit code, results dir)."""
+    settings = resolve_settings(overrides)
+    results_dir = Path(settings.results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    flwr_home = FLWR_DIR / f"home-{os.getpid()}-{time.monotonic_ns()}"
+    explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
+    explicit["results-dir"] = settings.results_dir
+    try:
+        with local_superlink(flwr_home, results_dir / "superlink.log") as port:
+            write_connection(flwr_home, port)
+            cmd = [
+                "flwr",
+                "run",
+                str(PROJECT_ROOT),
+                CONNECTION,
+                "--stream",
+                "--run-config",
+                format_overrides(explicit),
+                "--federation-config",
+                federation_config(settings),
+            ]
+            code = subprocess.call(
+                cmd,
+                env=flower_env(flwr_home),
+                cwd=PROJECT_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=stream_to,
+                stderr=subprocess.STDOUT if stream_to is not None else None,
+            )
+    finally:
+        shutil.rmtree(flwr_home, ignore_errors=True)
+    if code == 0 and not (results_dir / "summary.json").exists():
+        code = 1
+    return code, results_dir
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        overrides = parse_overrides(args.run_config)
+        code, results_dir = run(overrides)
+    except ConfigError as exc:
+        print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgeflex: interrupted; the SuperLink was stopped", file=sys.stderr)
+        return 130
+    if code == 0:
+        print(f"edgeflex: records in {results_dir} (rounds.jsonl, summary.json, accuracy.png)")
+    else:
+        print(
+            f"edgeflex: the run failed (exit {code}); see the log above and "
+            f"{results_dir / 'superlink.log'}",
+            file=sys.stderr,
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

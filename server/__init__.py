@@ -1,0 +1,1 @@
+"""The ServerApp and what runs at the server: evaluation, the virtual clock, records."""

@@ -1,0 +1,110 @@
+"""The ServerApp: reads the run config once, builds the pieces, calls ``strategy.start``."""
+
+from __future__ import annotations
+
+import time
+from logging import INFO
+from pathlib import Path
+
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from common.data import data_spec, server_test_split
+from common.models import build_model, num_parameters
+from common.params import Layout, model_to_vector
+from common.settings import PROJECT_ROOT, Settings
+from server.clock import VirtualClock
+from server.devices import load_catalog
+from server.evaluation import evaluate
+from server.records import RunRecorder, default_results_dir, progress_line
+from strategies.dense import DenseStrategy, train_config_record
+
+app = ServerApp()
+
+
+def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
+    """Block until ``expected`` nodes are connected; fail clearly on too few or too many."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        connected = len(list(grid.get_node_ids()))
+        if connected > expected:
+            raise RuntimeError(
+                f"{connected} nodes are connected but num-clients = {expected}; "
+                "start exactly num-clients SuperNodes (in simulation, num-supernodes)"
+            )
+        if connected == expected:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"only {connected} of num-clients = {expected} nodes connected "
+                f"within {timeout_s:.0f} s"
+            )
+        time.sleep(0.5)
+
+
+def resolve_results_dir(settings: Settings) -> Path:
+    path = Path(settings.results_dir) if settings.results_dir else default_results_dir(
+        settings.strategy
+    )
+    return path if path.is_absolute() else Path.cwd() / path
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    settings = Settings.from_run_config(context.run_config)
+    catalog = load_catalog(PROJECT_ROOT / settings.devices_file)
+    profiles = catalog.assign(settings.device_mix, settings.num_clients)
+    spec = data_spec(settings)
+    test = server_test_split(settings)
+    model = build_model(settings.model, spec, seed=settings.seed)
+    layout = Layout.of_model(model)
+    initial = layout.unflatten(model_to_vector(model))
+    results_dir = resolve_results_dir(settings)
+    recorder = RunRecorder(results_dir, settings.to_run_config())
+    log(
+        INFO,
+        "edgeflex: %s, model %s (%d parameters), %d clients, records in %s",
+        settings.strategy,
+        settings.model,
+        num_parameters(model),
+        settings.num_clients,
+        results_dir,
+    )
+
+    strategy = DenseStrategy(
+        clock=VirtualClock(profiles), num_clients=settings.num_clients, layout=layout
+    )
+
+    def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        result = evaluate(model, layout.flatten(arrays), test)
+        if server_round == 0:
+            recorder.record_initial(result.accuracy, result.loss)
+        else:
+            row = recorder.record_round(strategy.stats[server_round], result.accuracy, result.loss)
+            log(INFO, "edgeflex: %s", progress_line(row, settings.num_server_rounds))
+        return MetricRecord({"accuracy": result.accuracy, "loss": result.loss})
+
+    wait_for_nodes(grid, settings.num_clients, settings.round_timeout_s)
+    strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=settings.num_server_rounds,
+        timeout=settings.round_timeout_s,
+        train_config=train_config_record(
+            learning_rate=settings.learning_rate,
+            local_steps=settings.local_steps,
+            batch_size=settings.batch_size,
+            seed=settings.seed,
+        ),
+        evaluate_fn=evaluate_global,
+    )
+    summary = recorder.finish()
+    log(
+        INFO,
+        "edgeflex: done: final accuracy %.4f (best %.4f), virtual time %.1f s; records in %s",
+        summary["final_accuracy"],
+        summary["best_accuracy"],
+        summary["virtual_time_s"],
+        results_dir,
+    )

@@ -1,0 +1,83 @@
+"""The virtual edge clock: the one place that turns bytes and work into seconds.
+
+A round is a sequence of phases (one today; compression adds an index phase, streams add
+waiting). In a phase every participating client downloads, computes and uploads; the phase
+ends when the slowest client is done (synchronous barrier), and the round takes the sum of
+its phases. Transfers cost latency + bytes / bandwidth; a transfer of zero bytes costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from server.devices import DeviceProfile
+
+
+@dataclass(frozen=True)
+class ClientWork:
+    """What one client carried and computed in one phase."""
+
+    client: int  # partition id
+    bytes_down: int
+    samples: int
+    bytes_up: int
+
+
+@dataclass(frozen=True)
+class ClientTiming:
+    download_s: float
+    compute_s: float
+    upload_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.download_s + self.compute_s + self.upload_s
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    name: str
+    clients: Mapping[int, ClientTiming]
+
+    @property
+    def duration_s(self) -> float:
+        return max((t.total_s for t in self.clients.values()), default=0.0)
+
+
+def transfer_s(num_bytes: int, bytes_per_s: float, latency_s: float) -> float:
+    if num_bytes < 0:
+        raise ValueError(f"a transfer cannot carry {num_bytes} bytes")
+    return 0.0 if num_bytes == 0 else latency_s + num_bytes / bytes_per_s
+
+
+class VirtualClock:
+    """Cumulative virtual time of a run, advanced one round at a time."""
+
+    def __init__(self, profiles: Mapping[int, DeviceProfile]) -> None:
+        self._profiles = dict(profiles)
+        self.now_s = 0.0
+
+    def profile(self, client: int) -> DeviceProfile:
+        if client not in self._profiles:
+            raise KeyError(f"no device profile for client {client}")
+        return self._profiles[client]
+
+    def client_timing(self, work: ClientWork) -> ClientTiming:
+        p = self.profile(work.client)
+        if work.samples < 0:
+            raise ValueError(f"client {work.client}: samples must be >= 0, got {work.samples}")
+        return ClientTiming(
+            download_s=transfer_s(work.bytes_down, p.downlink_bytes_per_s, p.latency_s),
+            compute_s=work.samples / p.compute_samples_per_s,
+            upload_s=transfer_s(work.bytes_up, p.uplink_bytes_per_s, p.latency_s),
+        )
+
+    def phase(self, name: str, works: Sequence[ClientWork]) -> PhaseTiming:
+        return PhaseTiming(name=name, clients={w.client: self.client_timing(w) for w in works})
+
+    def advance(self, phases: Sequence[PhaseTiming]) -> float:
+        """Add one round made of ``phases``; return its duration in seconds."""
+        duration = sum(p.duration_s for p in phases)
+        self.now_s += duration
+        return duration

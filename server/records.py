@@ -1,0 +1,101 @@
+"""Run records: ``rounds.jsonl`` (one line per round), ``summary.json`` and ``accuracy.png``."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from server.plots import plot_accuracy
+from strategies.dense import RoundStats
+
+WALL_CLOCK_FIELDS = ("wall_time_s",)  # the only fields that differ between runs with one seed
+
+
+def default_results_dir(strategy: str, now: float | None = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return Path("results") / f"{stamp}-{strategy}"
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+class RunRecorder:
+    """Appends one JSON line per round (flushed, so a crash keeps what was done)."""
+
+    def __init__(self, results_dir: Path, resolved_config: dict[str, Any]) -> None:
+        self.results_dir = results_dir
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.rounds_path = results_dir / "rounds.jsonl"
+        self.rounds_path.write_text("")
+        self._config = resolved_config
+        self._rounds: list[dict[str, Any]] = []
+        self._initial_accuracy = math.nan
+        self._initial_loss = math.nan
+        self._start = time.perf_counter()
+
+    def record_initial(self, accuracy: float, loss: float) -> None:
+        self._initial_accuracy, self._initial_loss = accuracy, loss
+        self._start = time.perf_counter()
+
+    def record_round(self, stats: RoundStats, accuracy: float, loss: float) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "round": stats.round,
+            "virtual_time_s": stats.virtual_time_s,
+            "wall_time_s": time.perf_counter() - self._start,
+            "accuracy": accuracy,
+            "loss": loss,
+            "bytes_up": stats.bytes_up,
+            "bytes_down": stats.bytes_down,
+            "compression_ratio": stats.compression_ratio,
+            "collective": stats.collective,
+            "num_clients": stats.num_clients,
+        }
+        extra = asdict(stats)
+        for key in row:
+            extra.pop(key, None)
+        extra["train_loss"] = _finite_or_none(extra["train_loss"])
+        row.update(extra)
+        with self.rounds_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        self._rounds.append(row)
+        return row
+
+    def finish(self) -> dict[str, Any]:
+        """Write ``summary.json`` and ``accuracy.png``; return the summary."""
+        rounds = self._rounds
+        accuracies = [r["accuracy"] for r in rounds]
+        summary = {
+            "rounds": len(rounds),
+            "initial_accuracy": self._initial_accuracy,
+            "final_accuracy": accuracies[-1] if rounds else None,
+            "best_accuracy": max(accuracies) if rounds else None,
+            "best_round": rounds[accuracies.index(max(accuracies))]["round"] if rounds else None,
+            "final_loss": rounds[-1]["loss"] if rounds else None,
+            "virtual_time_s": rounds[-1]["virtual_time_s"] if rounds else 0.0,
+            "wall_time_s": time.perf_counter() - self._start,
+            "bytes_up": sum(r["bytes_up"] for r in rounds),
+            "bytes_down": sum(r["bytes_down"] for r in rounds),
+            "config": self._config,
+        }
+        (self.results_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        title = f"{self._config.get('strategy', '')} on {self._config.get('dataset', '')}"
+        plot_accuracy(rounds, self._initial_accuracy, self.results_dir / "accuracy.png", title)
+        return summary
+
+
+def read_rounds(results_dir: Path) -> list[dict[str, Any]]:
+    with (results_dir / "rounds.jsonl").open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def progress_line(row: dict[str, Any], num_rounds: int) -> str:
+    return (
+        f"round {row['round']:>4}/{num_rounds}  acc {row['accuracy']:.4f}  "
+        f"loss {row['loss']:.4f}  vtime {row['virtual_time_s']:9.2f} s  "
+        f"up {row['bytes_up'] / 1e6:8.3f} MB  down {row['bytes_down'] / 1e6:8.3f} MB"
+    )

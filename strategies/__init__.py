@@ -1,0 +1,1 @@
+"""Server-side strategies, the aggregation maths and the wire accounting they share with clients."""

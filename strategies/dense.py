@@ -1,0 +1,241 @@
+"""The dense baseline: synchronous rounds, clients return updates, the server averages them.
+
+A FedAvg subclass: ``start`` is Flower's; ``configure_train`` remembers what was sent (and its
+bytes) and ``aggregate_train`` checks every reply, averages the updates weighted by examples,
+applies them to the global model and advances the virtual clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from numpy.typing import NDArray
+
+from common.params import Layout
+from server.clock import ClientWork, VirtualClock
+from strategies.aggregate import weighted_average
+from strategies.wire import content_nbytes
+
+ARRAYS_KEY = "arrays"
+CONFIG_KEY = "config"
+METRICS_KEY = "metrics"
+NUM_EXAMPLES = "num-examples"
+PARTITION_ID = "partition-id"
+TRAIN_LOSS = "train-loss"
+
+
+@dataclass
+class RoundStats:
+    """What the strategy saw in one round; the ServerApp adds evaluation and writes it out."""
+
+    round: int
+    virtual_time_s: float  # cumulative, end of this round
+    round_time_s: float
+    bytes_up: int
+    bytes_down: int
+    num_clients: int  # replies aggregated
+    train_loss: float
+    compression_ratio: float = 1.0
+    collective: str = "dense"
+    refused: list[str] = field(default_factory=list)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """A reply that passed validation, in plain types."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    train_loss: float
+    update: NDArray[np.float32]
+    bytes_up: int
+
+
+def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientReply:
+    """Check one reply and convert it; raise ``ValueError`` naming what is wrong."""
+    if msg.has_error():
+        raise ValueError(f"client error: {msg.error.reason}")
+    content = msg.content
+    if ARRAYS_KEY not in content.array_records:
+        raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")
+    if METRICS_KEY not in content.metric_records:
+        raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
+    metrics = content.metric_records[METRICS_KEY]
+    for key in (NUM_EXAMPLES, PARTITION_ID, TRAIN_LOSS):
+        if key not in metrics:
+            raise ValueError(f"metric {key!r} missing")
+    partition_id, num_examples = metrics[PARTITION_ID], metrics[NUM_EXAMPLES]
+    if not isinstance(partition_id, int) or not 0 <= partition_id < num_clients:
+        raise ValueError(f"partition-id {partition_id!r} is not an integer in 0..{num_clients - 1}")
+    if not isinstance(num_examples, int) or num_examples <= 0:
+        raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
+    record = content.array_records[ARRAYS_KEY]
+    for name, array in record.items():
+        if array.dtype != "float32":
+            raise ValueError(f"array {name!r} has dtype {array.dtype}, expected float32")
+    update = layout.flatten(record)
+    if not np.all(np.isfinite(update)):
+        raise ValueError("update contains NaN or infinite values")
+    loss = float(metrics[TRAIN_LOSS])  # type: ignore[arg-type]
+    return ClientReply(
+        node_id=msg.metadata.src_node_id,
+        partition_id=partition_id,
+        num_examples=num_examples,
+        train_loss=loss,
+        update=update,
+        bytes_up=content_nbytes(content),
+    )
+
+
+class DenseStrategy(FedAvg):
+    """Synchronous distributed SGD: every client, every round, full updates both ways."""
+
+    def __init__(self, *, clock: VirtualClock, num_clients: int, layout: Layout) -> None:
+        super().__init__(
+            fraction_train=1.0,
+            fraction_evaluate=0.0,  # evaluation is centralized at the server
+            min_train_nodes=num_clients,
+            min_available_nodes=num_clients,
+            weighted_by_key=NUM_EXAMPLES,
+            arrayrecord_key=ARRAYS_KEY,
+            configrecord_key=CONFIG_KEY,
+        )
+        self.clock = clock
+        self.num_clients = num_clients
+        self.layout = layout
+        self.stats: dict[int, RoundStats] = {}
+        self._global: NDArray[np.float32] | None = None
+        self._bytes_down: dict[int, int] = {}
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._global = self.layout.flatten(arrays)
+        sizes: dict[int, int] = {}  # messages share one RecordDict: serialize it once
+        self._bytes_down = {}
+        for m in messages:
+            key = id(m.content)
+            if key not in sizes:
+                sizes[key] = content_nbytes(m.content)
+            self._bytes_down[m.metadata.dst_node_id] = sizes[key]
+        return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if self._global is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        accepted, refused = self._accept(replies)
+        new_global = self._global
+        if accepted:
+            update = weighted_average(
+                [r.update for r in accepted], [r.num_examples for r in accepted]
+            )
+            new_global = self._global + update
+        self._record(server_round, accepted, refused)
+        if not accepted:
+            return None, None  # keep the old model
+        loss = self.stats[server_round].train_loss
+        return self.layout.unflatten(new_global), MetricRecord({TRAIN_LOSS: loss})
+
+    def _accept(self, replies: Iterable[Message]) -> tuple[list[ClientReply], list[str]]:
+        accepted: list[ClientReply] = []
+        refused: list[str] = []
+        seen: set[int] = set()
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            try:
+                reply = parse_dense_reply(msg, self.layout, self.num_clients)
+                if reply.partition_id in seen:
+                    raise ValueError(f"partition-id {reply.partition_id} already replied")
+            except ValueError as exc:
+                log(WARNING, "Refused reply from node %s: %s", node, exc)
+                refused.append(f"node {node}: {exc}")
+                continue
+            seen.add(reply.partition_id)
+            accepted.append(reply)
+        # Replies arrive in completion order; sort so float sums are the same every run.
+        accepted.sort(key=lambda r: r.partition_id)
+        return accepted, refused
+
+    def _record(
+        self, server_round: int, accepted: list[ClientReply], refused: list[str]
+    ) -> None:
+        works = [
+            ClientWork(
+                client=r.partition_id,
+                bytes_down=self._bytes_down.get(r.node_id, 0),
+                samples=r.num_examples,
+                bytes_up=r.bytes_up,
+            )
+            for r in accepted
+        ]
+        phase = self.clock.phase("train", works)
+        duration = self.clock.advance([phase])
+        weights = [r.num_examples for r in accepted]
+        losses = [r.train_loss for r in accepted]
+        loss = float(np.average(losses, weights=weights)) if accepted else math.nan
+        bytes_up = sum(w.bytes_up for w in works)
+        bytes_down = sum(self._bytes_down.values())
+        self.stats[server_round] = RoundStats(
+            round=server_round,
+            virtual_time_s=self.clock.now_s,
+            round_time_s=duration,
+            bytes_up=bytes_up,
+            bytes_down=bytes_down,
+            num_clients=len(accepted),
+            train_loss=loss,
+            refused=refused,
+            phases=[
+                {
+                    "name": phase.name,
+                    "duration_s": phase.duration_s,
+                    "bytes_up": bytes_up,
+                    "bytes_down": bytes_down,
+                }
+            ],
+        )
+
+
+def train_config_record(
+    *, learning_rate: float, local_steps: int, batch_size: int, seed: int
+) -> ConfigRecord:
+    """The per-round instructions every client receives (the round number is added by FedAvg)."""
+    return ConfigRecord(
+        {
+            "learning-rate": learning_rate,
+            "local-steps": local_steps,
+            "batch-size": batch_size,
+            "seed": seed,
+        }
+    )
+
+
+def reply_content(
+    update: ArrayRecord, *, partition_id: int, num_examples: int, train_loss: float
+) -> RecordDict:
+    """What a client sends back after a dense training round."""
+    return RecordDict(
+        {
+            ARRAYS_KEY: update,
+            METRICS_KEY: MetricRecord(
+                {
+                    PARTITION_ID: partition_id,
+                    NUM_EXAMPLES: num_examples,
+                    TRAIN_LOSS: train_loss,
+                }
+            ),
+        }
+    )
