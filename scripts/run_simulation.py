@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
+from scripts.processes import stop_tree
 from server.devices import load_catalog
 from server.records import default_results_dir
 
@@ -137,22 +138,6 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """Stop ``proc`` and every process in its group (it was started as a group leader)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    # Children (ServerApp, simulation, Ray workers) may outlive the leader: end the group.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-
-
 @contextlib.contextmanager
 def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) -> Iterator[int]:
     """A ``flower-superlink --simulation`` of our own on loopback; yields its port."""
@@ -175,7 +160,7 @@ def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) ->
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so we can stop all of it
+            start_new_session=True,  # Ctrl-C reaches us, not it: we stop it ourselves
             cwd=PROJECT_ROOT,
         )
     try:
@@ -188,7 +173,7 @@ def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) ->
             time.sleep(0.2)
         yield port
     finally:
-        stop_process_group(proc)
+        stop_tree(proc)
 
 
 def write_connection(flwr_home: Path, port: int) -> None:
@@ -252,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
     args = parser.parse_args(argv)
+    # Clean up on Ctrl-C and on SIGTERM even where the caller started us with SIGINT ignored
+    # (a background job of a non-interactive shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         overrides = parse_overrides(args.run_config)

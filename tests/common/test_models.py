@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+import torch
+
+from common.data import DIGITS_SPEC
+from common.models import MODELS, build_model, num_parameters
+from common.params import Layout, model_to_vector, vector_to_model
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_are_big_enough_for_communication_to_matter(name: str) -> None:
+    model = build_model(name, DIGITS_SPEC, seed=0)
+    assert num_parameters(model) >= 50_000
+    assert model(torch.zeros(4, 64)).shape == (4, 10)
+
+
+def test_same_seed_same_weights_and_global_rng_untouched() -> None:
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    a = model_to_vector(build_model("mlp", DIGITS_SPEC, seed=5))
+    b = model_to_vector(build_model("mlp", DIGITS_SPEC, seed=5))
+    c = model_to_vector(build_model("mlp", DIGITS_SPEC, seed=6))
+    assert torch.rand(1) == expected_next
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_flatten_and_unflatten_round_trip() -> None:
+    model = build_model("cnn", DIGITS_SPEC, seed=1)
+    layout = Layout.of_model(model)
+    vector = model_to_vector(model)
+    assert vector.shape == (layout.size,)
+    record = layout.unflatten(vector)
+    np.testing.assert_array_equal(layout.flatten(record), vector)
+    other = build_model("cnn", DIGITS_SPEC, seed=2)
+    vector_to_model(other, vector)
+    np.testing.assert_array_equal(model_to_vector(other), vector)
+
+
+def test_unknown_model_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown model 'vit'; allowed: mlp, cnn"):
+        build_model("vit", DIGITS_SPEC, seed=0)

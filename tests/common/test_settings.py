@@ -1,0 +1,52 @@
+import pytest
+
+from common.settings import ConfigError, Settings, default_run_config, settings_with
+
+
+def test_defaults_parse_and_round_trip() -> None:
+    settings = Settings.from_run_config(default_run_config())
+    assert settings.strategy == "dense"
+    assert Settings.from_run_config(settings.to_run_config()) == settings
+
+
+def test_every_setting_has_a_default_in_pyproject() -> None:
+    assert sorted(default_run_config()) == sorted(Settings.keys())
+
+
+def test_unknown_key_is_named_with_the_allowed_keys() -> None:
+    config = default_run_config() | {"num-round": 3}
+    with pytest.raises(ConfigError, match="'num-round'.*allowed keys: .*num-server-rounds"):
+        Settings.from_run_config(config)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"strategy": "fedsgd"}, "strategy = 'fedsgd' is not allowed; allowed values: dense"),
+        ({"partitioner": "shards"}, "allowed values: iid, dirichlet, labels"),
+        ({"model": "resnet"}, "allowed values: mlp, cnn"),
+        ({"dirichlet_alpha": 0.0}, "dirichlet-alpha must be > 0"),
+        ({"dirichlet_alpha": -1.0}, "dirichlet-alpha must be > 0"),
+        ({"learning_rate": -0.1}, "learning-rate must be > 0"),
+        ({"num_clients": 0}, "num-clients must be >= 1"),
+        ({"batch_size": 2.5}, "batch-size must be an integer"),
+        ({"num_server_rounds": True}, "num-server-rounds must be an integer"),
+        ({"test_fraction": 1.0}, "test-fraction must be < 1.0"),
+        ({"learning_rate": float("nan")}, "learning-rate must be finite"),
+        ({"device_mix": 3}, "device-mix must be a string"),
+    ],
+)
+def test_bad_values_name_the_key(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        settings_with(**overrides)
+
+
+def test_missing_key_is_named() -> None:
+    config = default_run_config()
+    del config["seed"]
+    with pytest.raises(ConfigError, match="missing run-config key.*seed"):
+        Settings.from_run_config(config)
+
+
+def test_integer_accepted_for_float_setting() -> None:
+    assert settings_with(learning_rate=1).learning_rate == 1.0

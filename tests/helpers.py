@@ -1,0 +1,55 @@
+"""Test helpers: Flower messages without a running federation, a fake grid, process checks."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from flwr.app import Error, Message, Metadata, RecordDict
+
+
+def reply_message(content: RecordDict | None, src_node_id: int, error: str | None = None) -> Message:
+    """A reply as the grid hands it to ``aggregate_train``."""
+    metadata = Metadata(
+        run_id=1,
+        message_id="",
+        src_node_id=src_node_id,
+        dst_node_id=1,
+        reply_to_message_id="instruction",
+        group_id="1",
+        created_at=time.time(),
+        ttl=60.0,
+        message_type="train",
+    )
+    if error is not None:
+        return Message(error=Error(code=0, reason=error), metadata=metadata)
+    assert content is not None
+    return Message(content=content, metadata=metadata)
+
+
+class FakeGrid:
+    """The part of a Grid that FedAvg.configure_train uses."""
+
+    def __init__(self, node_ids: Iterable[int]) -> None:
+        self._node_ids = list(node_ids)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._node_ids)
+
+
+def processes_with_env(name: str, value_prefix: str) -> list[int]:
+    """PIDs of live processes whose environment has ``name`` starting with ``value_prefix``."""
+    needle = f"{name}={value_prefix}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found

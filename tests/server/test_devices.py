@@ -1,0 +1,69 @@
+from pathlib import Path
+
+import pytest
+
+from common.settings import PROJECT_ROOT
+from server.devices import MBPS, DeviceConfigError, load_catalog
+
+GOOD = """
+[preset.pi]
+compute-samples-per-s = 100.0
+uplink-mbps = 8.0
+downlink-mbps = 16.0
+latency-ms = 20.0
+
+[preset.jetson]
+compute-samples-per-s = 1000.0
+uplink-mbps = 80.0
+downlink-mbps = 80.0
+latency-ms = 1.0
+
+[mix.two]
+presets = ["pi", "jetson"]
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "devices.toml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_presets_load_and_mix_cycles_over_clients() -> None:
+    catalog = load_catalog(PROJECT_ROOT / "configs" / "devices.toml")
+    assert {"rpi4-wifi", "rpi4-lte", "jetson-ethernet"} <= set(catalog.presets)
+    profiles = catalog.assign("edge-mix", 5)
+    assert [p.name for p in profiles.values()] == [
+        "rpi4-wifi", "rpi4-lte", "jetson-ethernet", "rpi4-wifi", "rpi4-lte",
+    ]
+
+
+def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
+    pi = load_catalog(_write(tmp_path, GOOD)).presets["pi"]
+    assert pi.uplink_bytes_per_s == 8.0 * MBPS == 1_000_000.0
+    assert pi.downlink_bytes_per_s == 2_000_000.0
+    assert pi.latency_s == pytest.approx(0.020)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("uplink-mbps = 8.0", "uplink-mbps = -8.0", r"devices.toml:2: preset 'pi': field 'uplink-mbps' must be > 0"),
+        ("latency-ms = 20.0", "latency = 20.0", r":2: preset 'pi': unknown field 'latency'"),
+        ("latency-ms = 20.0", "", r":2: preset 'pi': missing field 'latency-ms'"),
+        ('presets = ["pi", "jetson"]', 'presets = ["pi", "tpu"]', r":14: mix 'two': field 'presets' names unknown preset 'tpu'"),
+        ("uplink-mbps = 8.0", 'uplink-mbps = "fast"', r"field 'uplink-mbps' must be a float"),
+    ],
+)
+def test_malformed_files_name_file_line_and_field(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    path = _write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(DeviceConfigError, match=message):
+        load_catalog(path)
+
+
+def test_unknown_mix_lists_the_known_ones(tmp_path: Path) -> None:
+    catalog = load_catalog(_write(tmp_path, GOOD))
+    with pytest.raises(DeviceConfigError, match="device-mix = 'three' is not defined; allowed values: two"):
+        catalog.assign("three", 4)

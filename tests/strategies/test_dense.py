@@ -1,0 +1,155 @@
+"""The dense strategy against Flower's own FedAvg, and its refusal of bad replies."""
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy import FedAvg
+from flwr.supercore.task_identity import TaskIdentity
+
+from common.params import Layout
+from server.clock import VirtualClock
+from server.devices import DeviceProfile
+from strategies.dense import DenseStrategy, reply_content
+from tests.helpers import FakeGrid, reply_message
+
+SHAPES = {"w": (4, 3), "b": (3,)}
+PROFILE = DeviceProfile("p", 100.0, 1e6, 1e6, 0.01)
+
+
+@pytest.fixture(autouse=True)
+def _run_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Message() reads the run and node identity, which only a running federation sets.
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+
+
+def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
+    return ArrayRecord(
+        {k: Array((rng.standard_normal(s) * scale).astype(np.float32)) for k, s in SHAPES.items()}
+    )
+
+
+def _strategy(n: int) -> DenseStrategy:
+    layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
+    return DenseStrategy(clock=VirtualClock({i: PROFILE for i in range(n)}), num_clients=n, layout=layout)
+
+
+def _start_round(strategy: DenseStrategy, global_arrays: ArrayRecord, n: int) -> None:
+    messages = list(strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + n))))
+    assert len(messages) == n
+
+
+def _update_reply(update: ArrayRecord, partition_id: int, examples: int) -> RecordDict:
+    return reply_content(update, partition_id=partition_id, num_examples=examples, train_loss=1.0)
+
+
+def test_dense_matches_flowers_fedavg_on_the_same_replies() -> None:
+    rng = np.random.default_rng(0)
+    n = 4
+    global_arrays = _record(rng)
+    updates = [_record(rng, 0.1) for _ in range(n)]
+    examples = [32, 10, 7, 51]
+
+    # Flower's FedAvg averages the clients' new models.
+    fedavg_replies = []
+    for i, (update, ex) in enumerate(zip(updates, examples, strict=True)):
+        new_model = ArrayRecord(
+            {k: Array(global_arrays[k].numpy() + update[k].numpy()) for k in SHAPES}
+        )
+        content = RecordDict({"arrays": new_model, "metrics": MetricRecord({"num-examples": ex})})
+        fedavg_replies.append(reply_message(content, src_node_id=100 + i))
+    expected, _ = FedAvg().aggregate_train(1, fedavg_replies)
+
+    strategy = _strategy(n)
+    _start_round(strategy, global_arrays, n)
+    ours, _ = strategy.aggregate_train(
+        1, [reply_message(_update_reply(u, i, ex), 100 + i) for i, (u, ex) in enumerate(zip(updates, examples, strict=True))]
+    )
+    assert expected is not None and ours is not None
+    for k in SHAPES:
+        np.testing.assert_allclose(ours[k].numpy(), expected[k].numpy(), rtol=0, atol=1e-6)
+
+
+def test_reply_order_does_not_change_the_result() -> None:
+    rng = np.random.default_rng(1)
+    global_arrays = _record(rng)
+    replies = [reply_message(_update_reply(_record(rng), i, 5 + i), 100 + i) for i in range(3)]
+    results = []
+    for order in ([0, 1, 2], [2, 0, 1]):
+        strategy = _strategy(3)
+        _start_round(strategy, global_arrays, 3)
+        arrays, _ = strategy.aggregate_train(1, [replies[j] for j in order])
+        assert arrays is not None
+        results.append(Layout.of_record(arrays).flatten(arrays))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def _bad_replies(rng: np.random.Generator) -> dict[str, RecordDict]:
+    good = _record(rng)
+    nan = _record(rng)
+    nan_w = nan["w"].numpy().copy()
+    nan_w[0, 0] = np.nan
+    nan["w"] = Array(nan_w)
+    wrong_shape = ArrayRecord({"w": Array(np.zeros((3, 4), np.float32)), "b": good["b"]})
+    wrong_dtype = ArrayRecord({"w": Array(np.zeros((4, 3), np.float64)), "b": good["b"]})
+    return {
+        "NaN or infinite": _update_reply(nan, 1, 5),
+        "shape": _update_reply(wrong_shape, 1, 5),
+        "dtype": _update_reply(wrong_dtype, 1, 5),
+        "missing ArrayRecord": RecordDict({"metrics": MetricRecord({"num-examples": 5})}),
+        "missing MetricRecord": RecordDict({"arrays": good}),
+        "num-examples": _update_reply(good, 1, 0),
+        "partition-id": _update_reply(good, 7, 5),
+    }
+
+
+@pytest.mark.parametrize("reason", list(_bad_replies(np.random.default_rng(2))))
+def test_bad_reply_is_refused_and_the_rest_renormalised(reason: str, caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(3)
+    global_arrays = _record(rng)
+    good_update = _record(rng, 0.1)
+    bad = _bad_replies(rng)[reason]
+    strategy = _strategy(2)
+    _start_round(strategy, global_arrays, 2)
+    arrays, _ = strategy.aggregate_train(
+        1, [reply_message(_update_reply(good_update, 0, 5), 100), reply_message(bad, 101)]
+    )
+    assert arrays is not None
+    # Only the good client counts, with weight 1.
+    for k in SHAPES:
+        np.testing.assert_allclose(arrays[k].numpy(), global_arrays[k].numpy() + good_update[k].numpy(), atol=1e-7)
+    stats = strategy.stats[1]
+    assert stats.num_clients == 1
+    assert len(stats.refused) == 1 and "node 101" in stats.refused[0]
+    assert reason in stats.refused[0]
+
+
+def test_all_refused_keeps_the_old_model() -> None:
+    rng = np.random.default_rng(4)
+    strategy = _strategy(2)
+    _start_round(strategy, _record(rng), 2)
+    arrays, metrics = strategy.aggregate_train(
+        1, [reply_message(None, 100, error="crashed"), reply_message(RecordDict(), 101)]
+    )
+    assert arrays is None and metrics is None  # Strategy.start then keeps the previous arrays
+    assert strategy.stats[1].num_clients == 0
+    assert "crashed" in strategy.stats[1].refused[0]
+
+
+def test_bytes_and_virtual_time_come_from_the_messages() -> None:
+    rng = np.random.default_rng(5)
+    strategy = _strategy(2)
+    global_arrays = _record(rng)
+    _start_round(strategy, global_arrays, 2)
+    replies = [reply_message(_update_reply(_record(rng), i, 10), 100 + i) for i in range(2)]
+    strategy.aggregate_train(1, replies)
+    stats = strategy.stats[1]
+    payload = 4 * (12 + 3)
+    assert stats.bytes_down > 2 * payload and stats.bytes_down < 2 * (payload + 600)
+    assert stats.bytes_up > 2 * payload and stats.bytes_up < 2 * (payload + 600)
+    per_client_down = stats.bytes_down / 2
+    per_client_up = stats.bytes_up / 2
+    expected = 0.01 + per_client_down / 1e6 + 10 / 100.0 + 0.01 + per_client_up / 1e6
+    assert stats.round_time_s == pytest.approx(expected)
+    assert stats.virtual_time_s == pytest.approx(expected)
