@@ -25,6 +25,7 @@ run: $(STAMP)
 	$(BIN)/python -m scripts.run_simulation --run-config "$(RUN_CONFIG)"
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -55,5 +55,7 @@ def local_sgd(
         losses.append(float(loss.detach()))
     update = model_to_vector(model) - start
     return TrainResult(
-        update=update.astype(np.float32), num_examples=size * steps, train_loss=float(np.mean(losses))
+        update=update.astype(np.float32),
+        num_examples=size * steps,
+        train_loss=float(np.mean(losses)),
     )

@@ -1,4 +1,4 @@
-"""Data: the bundled digits set (or a Hugging Face dataset), the server's test split, client partitions.
+"""Data: bundled digits (or a Hugging Face dataset), the server's test split, client partitions.
 
 The held-out test split stays at the server; the rest is partitioned over the clients with
 flwr-datasets partitioners on an in-memory ``datasets.Dataset``.
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import datasets
+import numpy as np
 from datasets import ClassLabel, Dataset
 from flwr_datasets.partitioner import (
     DirichletPartitioner,
     IidPartitioner,
-    PathologicalPartitioner,
     Partitioner,
+    PathologicalPartitioner,
 )
 from numpy.typing import NDArray
 from sklearn.datasets import load_digits
@@ -158,7 +158,7 @@ def _require_hub(name: str) -> None:
     except Exception as exc:  # offline mode, DNS failure, timeout, unknown repo
         raise HubUnavailableError(
             f"dataset = {name!r} needs the Hugging Face Hub, which cannot be reached "
-            f"({type(exc).__name__}: {exc}). Use dataset = \"{DIGITS}\", which ships with "
+            f'({type(exc).__name__}: {exc}). Use dataset = "{DIGITS}", which ships with '
             "scikit-learn, or run where the hub is reachable."
         ) from exc
 

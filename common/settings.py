@@ -57,7 +57,10 @@ class Settings:
     seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
     dataset: str = _spec(doc='"digits" (bundled) or a Hugging Face dataset name')
     test_fraction: float = _spec(
-        minimum=0.0, maximum=1.0, exclusive_minimum=True, exclusive_maximum=True,
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_minimum=True,
+        exclusive_maximum=True,
         doc="share of the data held out at the server for centralized evaluation",
     )
     partitioner: str = _spec(choices=PARTITIONERS, doc="how training data is split over clients")
@@ -100,9 +103,7 @@ class Settings:
         missing = [k for k in allowed if k not in run_config]
         if missing:
             raise ConfigError(f"missing run-config key(s): {', '.join(missing)}")
-        values = {
-            f.name: _check(f, run_config[_key(f.name)]) for f in dataclasses.fields(cls)
-        }
+        values = {f.name: _check(f, run_config[_key(f.name)]) for f in dataclasses.fields(cls)}
         return cls(**values)
 
     def to_run_config(self) -> dict[str, Any]:
@@ -125,14 +126,11 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{key} must be finite, got {value!r}")
-    elif f.type in ("str", str):
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {value!r}")
+    elif f.type in ("str", str) and not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
     choices = meta["choices"]
     if choices is not None and value not in choices:
-        raise ConfigError(
-            f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}"
-        )
+        raise ConfigError(f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}")
     low, high = meta["minimum"], meta["maximum"]
     if low is not None and (value < low or (meta["exclusive_minimum"] and value == low)):
         bound = ">" if meta["exclusive_minimum"] else ">="

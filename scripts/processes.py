@@ -48,7 +48,9 @@ def process_tree(root: int) -> set[int]:
         tree.add(pid)
         todo.extend(children.get(pid, []))
     groups = {stats[pid][2] for pid in tree}
-    tree |= {pid for pid, (_, _, group) in stats.items() if group in groups and group != os.getpgrp()}
+    tree |= {
+        pid for pid, (_, _, group) in stats.items() if group in groups and group != os.getpgrp()
+    }
     return tree
 
 
@@ -58,7 +60,9 @@ def _signal(pids: set[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def stop_tree(proc: subprocess.Popen[bytes], grace_s: float = 10.0, kill_wait_s: float = 30.0) -> None:
+def stop_tree(
+    proc: subprocess.Popen[bytes], grace_s: float = 10.0, kill_wait_s: float = 30.0
+) -> None:
     """SIGTERM ``proc`` and its descendants, then SIGKILL survivors; raise if any remain."""
     known = process_tree(proc.pid)
     _signal(known, signal.SIGTERM)

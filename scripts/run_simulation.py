@@ -82,14 +82,18 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     config = default_run_config()
     config.update(overrides)
     settings = Settings.from_run_config(config)
-    results = Path(settings.results_dir) if settings.results_dir else (
-        PROJECT_ROOT / default_results_dir(settings.strategy, now)
+    results = (
+        Path(settings.results_dir)
+        if settings.results_dir
+        else (PROJECT_ROOT / default_results_dir(settings.strategy, now))
     )
     if not results.is_absolute():
         results = PROJECT_ROOT / results
     config["results-dir"] = str(results)
     settings = Settings.from_run_config(config)
-    load_catalog(PROJECT_ROOT / settings.devices_file).assign(settings.device_mix, settings.num_clients)
+    load_catalog(PROJECT_ROOT / settings.devices_file).assign(
+        settings.device_mix, settings.num_clients
+    )
     return settings
 
 

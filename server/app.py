@@ -44,8 +44,10 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
 
 
 def resolve_results_dir(settings: Settings) -> Path:
-    path = Path(settings.results_dir) if settings.results_dir else default_results_dir(
-        settings.strategy
+    path = (
+        Path(settings.results_dir)
+        if settings.results_dir
+        else default_results_dir(settings.strategy)
     )
     return path if path.is_absolute() else Path.cwd() / path
 

@@ -114,8 +114,10 @@ def _preset(path: Path, name: str, fields: Mapping[str, Any], line: int) -> Devi
                 f"{where}: unknown field {key!r}; allowed fields: {', '.join(PRESET_FIELDS)}"
             )
         expected = PRESET_FIELDS[key]
-        ok = isinstance(value, str) if expected is str else (
-            isinstance(value, int | float) and not isinstance(value, bool)
+        ok = (
+            isinstance(value, str)
+            if expected is str
+            else (isinstance(value, int | float) and not isinstance(value, bool))
         )
         if not ok:
             raise DeviceConfigError(f"{where}: field {key!r} must be a {expected.__name__}")

@@ -170,9 +170,7 @@ class DenseStrategy(FedAvg):
         accepted.sort(key=lambda r: r.partition_id)
         return accepted, refused
 
-    def _record(
-        self, server_round: int, accepted: list[ClientReply], refused: list[str]
-    ) -> None:
+    def _record(self, server_round: int, accepted: list[ClientReply], refused: list[str]) -> None:
         works = [
             ClientWork(
                 client=r.partition_id,

@@ -10,7 +10,9 @@ from pathlib import Path
 from flwr.app import Error, Message, Metadata, RecordDict
 
 
-def reply_message(content: RecordDict | None, src_node_id: int, error: str | None = None) -> Message:
+def reply_message(
+    content: RecordDict | None, src_node_id: int, error: str | None = None
+) -> Message:
     """A reply as the grid hands it to ``aggregate_train``."""
     metadata = Metadata(
         run_id=1,

@@ -50,7 +50,9 @@ def test_partition_id_out_of_range_is_refused() -> None:
         client_partition(settings_with(num_clients=4), 4)
 
 
-def test_hub_dataset_fails_fast_when_the_hub_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_dataset_fails_fast_when_the_hub_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.monotonic()
     with pytest.raises(HubUnavailableError, match="'ylecun/mnist' needs the Hugging Face Hub"):

@@ -8,16 +8,22 @@ from scripts.run_simulation import format_overrides, parse_overrides, resolve_se
 
 
 def test_bare_words_are_strings_and_numbers_stay_numbers() -> None:
-    parsed = parse_overrides("num-server-rounds=3 seed=7 results-dir=/tmp/x strategy=dense learning-rate=0.1")
+    parsed = parse_overrides(
+        "num-server-rounds=3 seed=7 results-dir=/tmp/x strategy=dense learning-rate=0.1"
+    )
     assert parsed == {
-        "num-server-rounds": 3, "seed": 7, "results-dir": "/tmp/x",
-        "strategy": "dense", "learning-rate": 0.1,
+        "num-server-rounds": 3,
+        "seed": 7,
+        "results-dir": "/tmp/x",
+        "strategy": "dense",
+        "learning-rate": 0.1,
     }
 
 
 def test_quoted_values_and_empty_text() -> None:
     assert parse_overrides("device-mix='all-wifi' dataset=\"digits\"") == {
-        "device-mix": "all-wifi", "dataset": "digits",
+        "device-mix": "all-wifi",
+        "dataset": "digits",
     }
     assert parse_overrides("") == {} and parse_overrides(None) == {}
 

@@ -3,15 +3,27 @@ import pytest
 from server.clock import ClientWork, VirtualClock, transfer_s
 from server.devices import DeviceProfile
 
-SLOW = DeviceProfile("slow", compute_samples_per_s=100.0, uplink_bytes_per_s=500_000.0,
-                     downlink_bytes_per_s=1_000_000.0, latency_s=0.01)
-FAST = DeviceProfile("fast", compute_samples_per_s=1000.0, uplink_bytes_per_s=10_000_000.0,
-                     downlink_bytes_per_s=10_000_000.0, latency_s=0.001)
+SLOW = DeviceProfile(
+    "slow",
+    compute_samples_per_s=100.0,
+    uplink_bytes_per_s=500_000.0,
+    downlink_bytes_per_s=1_000_000.0,
+    latency_s=0.01,
+)
+FAST = DeviceProfile(
+    "fast",
+    compute_samples_per_s=1000.0,
+    uplink_bytes_per_s=10_000_000.0,
+    downlink_bytes_per_s=10_000_000.0,
+    latency_s=0.001,
+)
 
 
 def test_one_client_by_hand() -> None:
     clock = VirtualClock({0: SLOW})
-    t = clock.client_timing(ClientWork(client=0, bytes_down=2_000_000, samples=50, bytes_up=1_000_000))
+    t = clock.client_timing(
+        ClientWork(client=0, bytes_down=2_000_000, samples=50, bytes_up=1_000_000)
+    )
     # download 0.01 + 2 s, compute 50/100 = 0.5 s, upload 0.01 + 2 s
     assert t.download_s == pytest.approx(2.01)
     assert t.compute_s == pytest.approx(0.5)
@@ -27,7 +39,9 @@ def test_round_waits_for_the_slowest_client_and_time_accumulates() -> None:
     assert phase.clients[1].total_s == pytest.approx(0.162)
     assert phase.duration_s == pytest.approx(2.12)
     assert clock.advance([phase]) == pytest.approx(2.12)
-    assert clock.advance([phase, clock.phase("values", [ClientWork(1, 0, 0, 10_000)])]) == pytest.approx(2.12 + 0.002)
+    assert clock.advance(
+        [phase, clock.phase("values", [ClientWork(1, 0, 0, 10_000)])]
+    ) == pytest.approx(2.12 + 0.002)
     assert clock.now_s == pytest.approx(4.242)
 
 

@@ -34,7 +34,11 @@ def test_shipped_presets_load_and_mix_cycles_over_clients() -> None:
     assert {"rpi4-wifi", "rpi4-lte", "jetson-ethernet"} <= set(catalog.presets)
     profiles = catalog.assign("edge-mix", 5)
     assert [p.name for p in profiles.values()] == [
-        "rpi4-wifi", "rpi4-lte", "jetson-ethernet", "rpi4-wifi", "rpi4-lte",
+        "rpi4-wifi",
+        "rpi4-lte",
+        "jetson-ethernet",
+        "rpi4-wifi",
+        "rpi4-lte",
     ]
 
 
@@ -48,10 +52,18 @@ def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("uplink-mbps = 8.0", "uplink-mbps = -8.0", r"devices.toml:2: preset 'pi': field 'uplink-mbps' must be > 0"),
+        (
+            "uplink-mbps = 8.0",
+            "uplink-mbps = -8.0",
+            r"devices.toml:2: preset 'pi': field 'uplink-mbps' must be > 0",
+        ),
         ("latency-ms = 20.0", "latency = 20.0", r":2: preset 'pi': unknown field 'latency'"),
         ("latency-ms = 20.0", "", r":2: preset 'pi': missing field 'latency-ms'"),
-        ('presets = ["pi", "jetson"]', 'presets = ["pi", "tpu"]', r":14: mix 'two': field 'presets' names unknown preset 'tpu'"),
+        (
+            'presets = ["pi", "jetson"]',
+            'presets = ["pi", "tpu"]',
+            r":14: mix 'two': field 'presets' names unknown preset 'tpu'",
+        ),
         ("uplink-mbps = 8.0", 'uplink-mbps = "fast"', r"field 'uplink-mbps' must be a float"),
     ],
 )
@@ -65,5 +77,7 @@ def test_malformed_files_name_file_line_and_field(
 
 def test_unknown_mix_lists_the_known_ones(tmp_path: Path) -> None:
     catalog = load_catalog(_write(tmp_path, GOOD))
-    with pytest.raises(DeviceConfigError, match="device-mix = 'three' is not defined; allowed values: two"):
+    with pytest.raises(
+        DeviceConfigError, match="device-mix = 'three' is not defined; allowed values: two"
+    ):
         catalog.assign("three", 4)

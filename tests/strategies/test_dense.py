@@ -32,11 +32,15 @@ def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
 
 def _strategy(n: int) -> DenseStrategy:
     layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    return DenseStrategy(clock=VirtualClock({i: PROFILE for i in range(n)}), num_clients=n, layout=layout)
+    return DenseStrategy(
+        clock=VirtualClock({i: PROFILE for i in range(n)}), num_clients=n, layout=layout
+    )
 
 
 def _start_round(strategy: DenseStrategy, global_arrays: ArrayRecord, n: int) -> None:
-    messages = list(strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + n))))
+    messages = list(
+        strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + n)))
+    )
     assert len(messages) == n
 
 
@@ -64,7 +68,11 @@ def test_dense_matches_flowers_fedavg_on_the_same_replies() -> None:
     strategy = _strategy(n)
     _start_round(strategy, global_arrays, n)
     ours, _ = strategy.aggregate_train(
-        1, [reply_message(_update_reply(u, i, ex), 100 + i) for i, (u, ex) in enumerate(zip(updates, examples, strict=True))]
+        1,
+        [
+            reply_message(_update_reply(u, i, ex), 100 + i)
+            for i, (u, ex) in enumerate(zip(updates, examples, strict=True))
+        ],
     )
     assert expected is not None and ours is not None
     for k in SHAPES:
@@ -105,7 +113,9 @@ def _bad_replies(rng: np.random.Generator) -> dict[str, RecordDict]:
 
 
 @pytest.mark.parametrize("reason", list(_bad_replies(np.random.default_rng(2))))
-def test_bad_reply_is_refused_and_the_rest_renormalised(reason: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_reply_is_refused_and_the_rest_renormalised(
+    reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
     rng = np.random.default_rng(3)
     global_arrays = _record(rng)
     good_update = _record(rng, 0.1)
@@ -118,7 +128,9 @@ def test_bad_reply_is_refused_and_the_rest_renormalised(reason: str, caplog: pyt
     assert arrays is not None
     # Only the good client counts, with weight 1.
     for k in SHAPES:
-        np.testing.assert_allclose(arrays[k].numpy(), global_arrays[k].numpy() + good_update[k].numpy(), atol=1e-7)
+        np.testing.assert_allclose(
+            arrays[k].numpy(), global_arrays[k].numpy() + good_update[k].numpy(), atol=1e-7
+        )
     stats = strategy.stats[1]
     assert stats.num_clients == 1
     assert len(stats.refused) == 1 and "node 101" in stats.refused[0]
