@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from client.training import batch_rng, local_sgd
+from client.compression import (
+    apply_model,
+    compress_topk,
+    hold_compensated,
+    pending_topk,
+    send_values_at,
+)
+from client.training import TrainResult, batch_rng, local_sgd
 from common.data import ArrayData, client_partition, data_spec
 from common.models import build_model
 from common.params import Layout
 from common.settings import Settings
-from strategies.dense import ARRAYS_KEY, CONFIG_KEY, reply_content
+from strategies.codec import indices_record, topk_count, values_record
+from strategies.dense import reply_content
+from strategies.protocol import (
+    ARRAYS_KEY,
+    COMPRESS_S,
+    CONFIG_KEY,
+    INDEX_SET_KEY,
+    INDICES_ACTION,
+    METRICS_KEY,
+    NUM_EXAMPLES,
+    PARTITION_ID,
+    SPARSE_KEY,
+    TOPK_NORM2,
+    TRAIN_LOSS,
+    VALUES_ACTION,
+)
 
 LOCAL_DATA_KEY = "local-data"
 
@@ -47,29 +71,90 @@ def local_data(context: Context, settings: Settings, partition_id: int) -> Array
     )
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
+def _train(
+    context: Context, settings: Settings, config: ConfigRecord, start: np.ndarray
+) -> tuple[int, TrainResult]:
     torch.set_num_threads(1)  # several simulated clients share two cores
-    settings = Settings.from_run_config(context.run_config)
     partition_id = node_identity(context, settings)
     data = local_data(context, settings, partition_id)
-    received = msg.content.array_records[ARRAYS_KEY]
-    config = msg.content.config_records[CONFIG_KEY]
-    layout = Layout.of_record(received)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
     result = local_sgd(
         model,
-        layout.flatten(received),
+        start,
         data,
         steps=int(config["local-steps"]),  # type: ignore[arg-type]
         batch_size=int(config["batch-size"]),  # type: ignore[arg-type]
         learning_rate=float(config["learning-rate"]),  # type: ignore[arg-type]
         rng=batch_rng(int(config["seed"]), partition_id, int(config["server-round"])),  # type: ignore[arg-type]
     )
-    content = reply_content(
-        layout.unflatten(result.update),
-        partition_id=partition_id,
-        num_examples=result.num_examples,
-        train_loss=result.train_loss,
+    return partition_id, result
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    settings = Settings.from_run_config(context.run_config)
+    config = msg.content.config_records[CONFIG_KEY]
+    if settings.strategy == "dense":
+        received = msg.content.array_records[ARRAYS_KEY]
+        layout = Layout.of_record(received)
+        partition_id, result = _train(context, settings, config, layout.flatten(received))
+        content = reply_content(
+            layout.unflatten(result.update),
+            partition_id=partition_id,
+            num_examples=result.num_examples,
+            train_loss=result.train_loss,
+        )
+        return Message(content=content, reply_to=msg)
+
+    start = apply_model(context.state, msg.content, config)
+    partition_id, result = _train(context, settings, config, start)
+    began = time.perf_counter()
+    k = topk_count(start.size, float(config["compression-ratio"]))  # type: ignore[arg-type]
+    metrics = MetricRecord(
+        {
+            PARTITION_ID: partition_id,
+            NUM_EXAMPLES: result.num_examples,
+            TRAIN_LOSS: result.train_loss,
+        }
+    )
+    content = RecordDict({METRICS_KEY: metrics})
+    if config["collective"] == "allgather":
+        sparse, _ = compress_topk(context.state, result.update, k)
+        content[SPARSE_KEY] = sparse.to_record()
+    elif INDEX_SET_KEY in msg.content.array_records:  # global index policy: one phase
+        index_set = msg.content.array_records[INDEX_SET_KEY]
+        content[SPARSE_KEY] = values_record(send_values_at(context.state, index_set, result.update))
+    else:  # allreduce with a leader: keep e until the index and value phases
+        metrics[TOPK_NORM2] = hold_compensated(context.state, result.update, k)
+    metrics[COMPRESS_S] = time.perf_counter() - began
+    return Message(content=content, reply_to=msg)
+
+
+@app.train(INDICES_ACTION)
+def train_indices(msg: Message, context: Context) -> Message:
+    """Allreduce index phase: the leader sends the Top-k indices of its compensated update."""
+    began = time.perf_counter()
+    config = msg.content.config_records[CONFIG_KEY]
+    ratio = float(config["compression-ratio"])  # type: ignore[arg-type]
+    indices, size = pending_topk(context.state, ratio)
+    content = RecordDict(
+        {
+            SPARSE_KEY: indices_record(indices, size),
+            METRICS_KEY: MetricRecord({COMPRESS_S: time.perf_counter() - began}),
+        }
+    )
+    return Message(content=content, reply_to=msg)
+
+
+@app.train(VALUES_ACTION)
+def train_values(msg: Message, context: Context) -> Message:
+    """Allreduce value phase: e at the shared indices; the residual keeps the rest."""
+    began = time.perf_counter()
+    values = send_values_at(context.state, msg.content.array_records[INDEX_SET_KEY])
+    content = RecordDict(
+        {
+            SPARSE_KEY: values_record(values),
+            METRICS_KEY: MetricRecord({COMPRESS_S: time.perf_counter() - began}),
+        }
     )
     return Message(content=content, reply_to=msg)

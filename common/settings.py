@@ -18,7 +18,10 @@ from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-STRATEGIES = ("dense",)
+STRATEGIES = ("dense", "topk")
+COLLECTIVES = ("allgather", "allreduce")
+LEADERS = ("star", "var")
+INDEX_POLICIES = ("leader", "global")
 PARTITIONERS = ("iid", "dirichlet", "labels")
 MODELS = ("mlp", "cnn")
 
@@ -70,6 +73,12 @@ class Settings:
     labels_per_client: int = _spec(minimum=1, doc="labels per client for the labels partitioner")
     model: str = _spec(choices=MODELS, doc="model from the registry")
     strategy: str = _spec(choices=STRATEGIES, doc="aggregation strategy")
+    collective: str = _spec(choices=COLLECTIVES, doc="topk: how the server combines updates")
+    leader: str = _spec(choices=LEADERS, doc="topk allreduce: who picks the shared indices")
+    index_policy: str = _spec(choices=INDEX_POLICIES, doc="topk allreduce: leader or global")
+    compression_ratio: float = _spec(
+        minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="topk: fraction of entries sent"
+    )
     local_steps: int = _spec(minimum=1, doc="SGD steps per client per round")
     batch_size: int = _spec(minimum=1, doc="samples per local SGD step")
     learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")

@@ -19,6 +19,7 @@ from server.devices import load_catalog
 from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.dense import DenseStrategy, train_config_record
+from strategies.topk_strategy import TopKStrategy
 
 app = ServerApp()
 
@@ -52,6 +53,21 @@ def resolve_results_dir(settings: Settings) -> Path:
     return path if path.is_absolute() else Path.cwd() / path
 
 
+def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> DenseStrategy:
+    if settings.strategy == "dense":
+        return DenseStrategy(clock=clock, num_clients=settings.num_clients, layout=layout)
+    return TopKStrategy(
+        clock=clock,
+        num_clients=settings.num_clients,
+        layout=layout,
+        compression_ratio=settings.compression_ratio,
+        collective=settings.collective,
+        leader=settings.leader,
+        index_policy=settings.index_policy,
+        round_timeout_s=settings.round_timeout_s,
+    )
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
@@ -74,9 +90,7 @@ def main(grid: Grid, context: Context) -> None:
         results_dir,
     )
 
-    strategy = DenseStrategy(
-        clock=VirtualClock(profiles), num_clients=settings.num_clients, layout=layout
-    )
+    strategy = build_strategy(settings, VirtualClock(profiles), layout)
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         result = evaluate(model, layout.flatten(arrays), test)

@@ -12,7 +12,11 @@ from typing import Any
 from server.plots import plot_accuracy
 from strategies.dense import RoundStats
 
-WALL_CLOCK_FIELDS = ("wall_time_s",)  # the only fields that differ between runs with one seed
+WALL_CLOCK_FIELDS = (
+    "wall_time_s",
+    "compress_s",
+    "aggregate_s",
+)  # the only fields that differ between runs with one seed
 
 
 def default_results_dir(strategy: str, now: float | None = None) -> Path:

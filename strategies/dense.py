@@ -23,14 +23,15 @@ from numpy.typing import NDArray
 from common.params import Layout
 from server.clock import ClientWork, VirtualClock
 from strategies.aggregate import weighted_average
+from strategies.protocol import (
+    ARRAYS_KEY,
+    CONFIG_KEY,
+    METRICS_KEY,
+    NUM_EXAMPLES,
+    PARTITION_ID,
+    TRAIN_LOSS,
+)
 from strategies.wire import content_nbytes
-
-ARRAYS_KEY = "arrays"
-CONFIG_KEY = "config"
-METRICS_KEY = "metrics"
-NUM_EXAMPLES = "num-examples"
-PARTITION_ID = "partition-id"
-TRAIN_LOSS = "train-loss"
 
 
 @dataclass
@@ -48,6 +49,8 @@ class RoundStats:
     collective: str = "dense"
     refused: list[str] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    compress_s: float = 0.0  # measured (wall clock): slowest client's compression time
+    aggregate_s: float = 0.0  # measured (wall clock): server aggregation time
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,15 @@ class ClientReply:
     bytes_up: int
 
 
-def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientReply:
-    """Check one reply and convert it; raise ``ValueError`` naming what is wrong."""
-    if msg.has_error():
-        raise ValueError(f"client error: {msg.error.reason}")
-    content = msg.content
-    if ARRAYS_KEY not in content.array_records:
-        raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")
+@dataclass(frozen=True)
+class TrainMetrics:
+    partition_id: int
+    num_examples: int
+    train_loss: float
+
+
+def parse_train_metrics(content: RecordDict, num_clients: int) -> TrainMetrics:
+    """The metrics every training reply carries; raise ``ValueError`` naming what is wrong."""
     if METRICS_KEY not in content.metric_records:
         raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
     metrics = content.metric_records[METRICS_KEY]
@@ -80,6 +85,20 @@ def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientR
         raise ValueError(f"partition-id {partition_id!r} is not an integer in 0..{num_clients - 1}")
     if not isinstance(num_examples, int) or num_examples <= 0:
         raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
+    loss = metrics[TRAIN_LOSS]
+    if not isinstance(loss, int | float) or not math.isfinite(loss):
+        raise ValueError(f"train-loss {loss!r} is not a finite number")
+    return TrainMetrics(partition_id, num_examples, float(loss))
+
+
+def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientReply:
+    """Check one reply and convert it; raise ``ValueError`` naming what is wrong."""
+    if msg.has_error():
+        raise ValueError(f"client error: {msg.error.reason}")
+    content = msg.content
+    if ARRAYS_KEY not in content.array_records:
+        raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")
+    metrics = parse_train_metrics(content, num_clients)
     record = content.array_records[ARRAYS_KEY]
     for name, array in record.items():
         if array.dtype != "float32":
@@ -87,12 +106,11 @@ def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientR
     update = layout.flatten(record)
     if not np.all(np.isfinite(update)):
         raise ValueError("update contains NaN or infinite values")
-    loss = float(metrics[TRAIN_LOSS])  # type: ignore[arg-type]
     return ClientReply(
         node_id=msg.metadata.src_node_id,
-        partition_id=partition_id,
-        num_examples=num_examples,
-        train_loss=loss,
+        partition_id=metrics.partition_id,
+        num_examples=metrics.num_examples,
+        train_loss=metrics.train_loss,
         update=update,
         bytes_up=content_nbytes(content),
     )

@@ -1,0 +1,147 @@
+"""The sparse payload codec shared by clients and the server.
+
+A sparse vector travels as an ArrayRecord with raw little-endian arrays (no .npy header):
+``values`` (float32) and either ``indices`` (int32) or ``mask`` (a packed bitmask of the
+vector's length), whichever is smaller. Decoding checks everything a malicious or broken
+peer could get wrong and raises ``PayloadError`` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord
+from numpy.typing import NDArray
+
+RAW = "edgeflex.raw"
+VALUES = "values"
+INDICES = "indices"
+MASK = "mask"
+
+
+class PayloadError(ValueError):
+    """A payload is malformed: missing arrays, wrong dtype or length, bad indices, NaN."""
+
+
+def topk_count(size: int, ratio: float) -> int:
+    """k = ceil(c·d), at least 1 and at most d."""
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"compression ratio must be in (0, 1], got {ratio}")
+    return max(1, min(size, math.ceil(ratio * size)))
+
+
+def index_nbytes(count: int, size: int) -> int:
+    """Bytes of the cheaper index encoding: int32 list or bitmask."""
+    return min(4 * count, math.ceil(size / 8))
+
+
+def raw_array(values: NDArray[np.generic]) -> Array:
+    values = np.ascontiguousarray(values)
+    return Array(
+        dtype=str(values.dtype), shape=tuple(values.shape), stype=RAW, data=values.tobytes()
+    )
+
+
+def read_raw(record: ArrayRecord, name: str, dtype: str) -> NDArray[np.generic]:
+    if name not in record:
+        raise PayloadError(f"array {name!r} is missing")
+    array = record[name]
+    if array.dtype != dtype:
+        raise PayloadError(f"array {name!r} has dtype {array.dtype}, expected {dtype}")
+    if array.stype == RAW:
+        if len(array.shape) != 1:
+            raise PayloadError(f"array {name!r} has shape {tuple(array.shape)}, expected 1-D")
+        expected = int(array.shape[0]) * np.dtype(dtype).itemsize
+        if len(array.data) != expected:
+            raise PayloadError(
+                f"array {name!r} carries {len(array.data)} bytes, expected {expected}"
+            )
+        return np.frombuffer(array.data, dtype=np.dtype(dtype).newbyteorder("<"))
+    values = array.numpy()
+    if values.ndim != 1:
+        raise PayloadError(f"array {name!r} has shape {values.shape}, expected 1-D")
+    return values
+
+
+def encode_indices(indices: NDArray[np.int64], size: int) -> tuple[str, Array]:
+    """Sorted unique ``indices`` of a ``size``-vector as int32 or a bitmask, the smaller."""
+    if 4 * indices.size <= math.ceil(size / 8):
+        return INDICES, raw_array(indices.astype("<i4"))
+    mask = np.zeros(size, dtype=bool)
+    mask[indices] = True
+    return MASK, raw_array(np.packbits(mask))
+
+
+def decode_indices(record: ArrayRecord, size: int) -> NDArray[np.int64]:
+    """Indices from ``indices`` (as sent) or ``mask`` (ascending); no out-of-range or duplicates."""
+    if INDICES in record and MASK in record:
+        raise PayloadError("both 'indices' and 'mask' are present")
+    if MASK in record:
+        packed = read_raw(record, MASK, "uint8")
+        if packed.size != math.ceil(size / 8):
+            raise PayloadError(f"mask has {packed.size} bytes, expected {math.ceil(size / 8)}")
+        bits = np.unpackbits(packed.astype(np.uint8))
+        if bits[size:].any():
+            raise PayloadError("mask sets bits beyond the vector's length (index out of range)")
+        return np.flatnonzero(bits[:size]).astype(np.int64)
+    if INDICES not in record:
+        raise PayloadError("neither 'indices' nor 'mask' is present")
+    if record[INDICES].dtype not in ("int32", "int64"):
+        raise PayloadError(f"indices have dtype {record[INDICES].dtype}, expected integers (int32)")
+    indices = read_raw(record, INDICES, record[INDICES].dtype).astype(np.int64)
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise PayloadError(f"indices out of range 0..{size - 1}")
+    ordered = np.sort(indices)
+    if ordered.size > 1 and np.any(ordered[1:] == ordered[:-1]):
+        raise PayloadError("indices are duplicated")
+    return indices  # in the order sent: values, if any, pair with them
+
+
+def decode_values(record: ArrayRecord, count: int) -> NDArray[np.float32]:
+    values = read_raw(record, VALUES, "float32").astype(np.float32, copy=False)
+    if values.size != count:
+        raise PayloadError(f"{values.size} values, expected {count}")
+    if not np.all(np.isfinite(values)):
+        raise PayloadError("values contain NaN or infinite entries")
+    return values
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A sparse vector of length ``size``: ``values`` at sorted ``indices``."""
+
+    indices: NDArray[np.int64]
+    values: NDArray[np.float32]
+    size: int
+
+    def to_record(self) -> ArrayRecord:
+        kind, encoded = encode_indices(self.indices, self.size)
+        return ArrayRecord({VALUES: raw_array(self.values.astype("<f4")), kind: encoded})
+
+    @classmethod
+    def from_record(cls, record: ArrayRecord, size: int, count: int | None = None) -> Sparse:
+        """Decode; ``count`` (when given) is the exact number of entries expected."""
+        indices = decode_indices(record, size)
+        if count is not None and indices.size != count:
+            raise PayloadError(f"{indices.size} indices, expected {count}")
+        values = decode_values(record, indices.size)
+        order = np.argsort(indices, kind="stable")
+        if not np.array_equal(order, np.arange(order.size)):
+            indices, values = indices[order], values[order]
+        return cls(indices=indices, values=values, size=size)
+
+    def dense(self) -> NDArray[np.float32]:
+        out = np.zeros(self.size, dtype=np.float32)
+        out[self.indices] = self.values
+        return out
+
+
+def values_record(values: NDArray[np.float32]) -> ArrayRecord:
+    return ArrayRecord({VALUES: raw_array(values.astype("<f4"))})
+
+
+def indices_record(indices: NDArray[np.int64], size: int) -> ArrayRecord:
+    kind, encoded = encode_indices(indices, size)
+    return ArrayRecord({kind: encoded})

@@ -1,0 +1,449 @@
+"""Synchronous Top-k training with error feedback; the server plays the collective.
+
+``collective = "allgather"``: every client sends TopK(e) (values and indices); the server sums
+them weighted by scatter-add in O(N·k) and applies the union. One phase.
+
+``collective = "allreduce"`` (Allreduce-compatible Top-k): all clients send values at one
+shared index set I.
+- ``index-policy = "leader"``: phase ``train`` (every client trains and reports ||TopK(e)||²),
+  phase ``indices`` (the leader sends its Top-k indices; STAR: the client at position
+  round mod N by partition id; VAR: the largest ||TopK(e)||²), phase ``values`` (I goes to
+  every client, each sends e[I]).
+- ``index-policy = "global"``: I is the Top-k of the previous round's aggregated update and goes
+  out with the instructions, so clients send e[I] at once (round 1 uses the leader phases).
+
+Downlink: a client whose replica is at the previous version gets only the last aggregated
+sparse update; one at the current version gets no model; any other gets the full model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy.strategy_utils import sample_nodes
+from numpy.typing import NDArray
+
+from common.params import Layout
+from common.settings import COLLECTIVES, INDEX_POLICIES, LEADERS
+from server.clock import ClientWork, PhaseTiming, VirtualClock
+from strategies.aggregate import normalised_weights
+from strategies.codec import (
+    PayloadError,
+    Sparse,
+    decode_indices,
+    decode_values,
+    indices_record,
+    topk_count,
+    values_record,
+)
+from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
+from strategies.protocol import (
+    COMPRESS_S,
+    CONFIG_KEY,
+    DELTA_KEY,
+    INDEX_SET_KEY,
+    INDICES_ACTION,
+    METRICS_KEY,
+    MODEL_KEY,
+    SPARSE_KEY,
+    TOPK_NORM2,
+    VALUES_ACTION,
+)
+from strategies.topk import topk_indices
+from strategies.wire import content_nbytes
+
+
+@dataclass
+class Participant:
+    """One client's standing in the current round."""
+
+    node_id: int
+    partition_id: int
+    num_examples: int
+    train_loss: float
+    compress_s: float
+    norm2: float = math.nan
+    sparse: Sparse | None = None  # allgather: its TopK(e)
+    values: NDArray[np.float32] | None = None  # allreduce: e[I]
+
+
+def _compress_s(content: RecordDict) -> float:
+    value = content.metric_records[METRICS_KEY].get(COMPRESS_S, 0.0)
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"compress-s {value!r} is not a non-negative number")
+    return float(value)
+
+
+class TopKStrategy(DenseStrategy):
+    """Top-k with error feedback, aggregated Allgather-style or as Allreduce-compatible Top-k."""
+
+    def __init__(
+        self,
+        *,
+        clock: VirtualClock,
+        num_clients: int,
+        layout: Layout,
+        compression_ratio: float,
+        collective: str,
+        leader: str = "star",
+        index_policy: str = "leader",
+        round_timeout_s: float = 600.0,
+    ) -> None:
+        for name, value, allowed in (
+            ("collective", collective, COLLECTIVES),
+            ("leader", leader, LEADERS),
+            ("index-policy", index_policy, INDEX_POLICIES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} = {value!r}; allowed values: {', '.join(allowed)}")
+        super().__init__(clock=clock, num_clients=num_clients, layout=layout)
+        self.compression_ratio = compression_ratio
+        self.k = topk_count(layout.size, compression_ratio)
+        self.collective = collective
+        self.leader = leader
+        self.index_policy = index_policy
+        self.round_timeout_s = round_timeout_s
+        self._version = 0  # aggregated rounds applied to the global model
+        self._last_delta: Sparse | None = None  # what took version − 1 to version
+        self._holds: dict[int, int] = {}  # node id → version of its replica (when known)
+        self._next_index_set: NDArray[np.int64] | None = None  # global index policy
+        self._grid: Grid | None = None
+        self._config = ConfigRecord()
+        self._round_index_set: NDArray[np.int64] | None = None
+
+    # --- instructions -----------------------------------------------------------------------
+
+    def _payload_for(self, node_id: int) -> str:
+        held = self._holds.get(node_id)
+        if held == self._version:
+            return "current"
+        if held == self._version - 1 and self._last_delta is not None:
+            return "delta"
+        return "full"
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self._grid = grid
+        self._global = self.layout.flatten(arrays)
+        node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
+        self._config = ConfigRecord(dict(config))
+        self._config.update(
+            {
+                "server-round": server_round,
+                "model-version": self._version,
+                "compression-ratio": self.compression_ratio,
+                "collective": self.collective,
+            }
+        )
+        self._round_index_set = None
+        if self.collective == "allreduce" and self.index_policy == "global":
+            self._round_index_set = self._next_index_set
+        contents: dict[str, RecordDict] = {}
+        messages, self._bytes_down = [], {}
+        for node in sorted(node_ids):
+            payload = self._payload_for(node)
+            if payload not in contents:
+                contents[payload] = self._instruction(payload)
+            messages.append(
+                Message(content=contents[payload], message_type=MessageType.TRAIN, dst_node_id=node)
+            )
+        sizes = {p: content_nbytes(c) for p, c in contents.items()}
+        self._bytes_down = {
+            m.metadata.dst_node_id: sizes[self._payload_for(m.metadata.dst_node_id)]
+            for m in messages
+        }
+        return messages
+
+    def _instruction(self, payload: str) -> RecordDict:
+        config = ConfigRecord(dict(self._config))
+        config["payload"] = payload
+        content = RecordDict({CONFIG_KEY: config})
+        if payload == "full":
+            assert self._global is not None
+            content[MODEL_KEY] = values_record(self._global)
+        elif payload == "delta":
+            assert self._last_delta is not None
+            config["base-version"] = self._version - 1
+            content[DELTA_KEY] = self._last_delta.to_record()
+        if self._round_index_set is not None:
+            content[INDEX_SET_KEY] = indices_record(self._round_index_set, self.layout.size)
+        return content
+
+    # --- aggregation ------------------------------------------------------------------------
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if self._global is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        refused: list[str] = []
+        phases: list[tuple[str, list[ClientWork]]] = []
+        replies = list(replies)
+        train_phase = self._train_phase(replies, refused)
+        participants = train_phase
+        works = [
+            ClientWork(p.partition_id, self._bytes_down.get(p.node_id, 0), p.num_examples, b)
+            for p, b in self._bytes_up_of(train_phase, replies)
+        ]
+        phases.append(("train", works))
+        start = time.perf_counter()
+        indices: NDArray[np.int64] | None
+        values: NDArray[np.float32] | None
+        if self.collective == "allgather":
+            indices, values = self._allgather(participants)
+        elif self._round_index_set is not None:
+            indices, values = self._allreduce(self._round_index_set, participants)
+        else:
+            participants, indices, values = self._leader_phases(
+                server_round, participants, refused, phases
+            )
+        aggregate_s = time.perf_counter() - start
+
+        sent_version = self._version
+        for node in self._bytes_down:  # unknown until a reply proves otherwise
+            self._holds.pop(node, None)
+        if indices is not None and values is not None and participants:
+            new_global = self._global.copy()
+            new_global[indices] += values  # clients apply exactly this to their replicas
+            self._last_delta = Sparse(indices, values, self.layout.size)
+            self._version += 1
+            if self.index_policy == "global" and self.collective == "allreduce":
+                self._next_index_set = topk_indices(self._last_delta.dense(), self.k)
+            self._global = new_global
+        for p in participants:
+            self._holds[p.node_id] = sent_version
+        self._record_round(server_round, participants, refused, phases, aggregate_s)
+        if not participants:
+            return None, None
+        loss = self.stats[server_round].train_loss
+        return self.layout.unflatten(self._global), MetricRecord({"train-loss": loss})
+
+    def _bytes_up_of(
+        self, participants: Sequence[Participant], replies: Sequence[Message]
+    ) -> list[tuple[Participant, int]]:
+        by_node = {m.metadata.src_node_id: m for m in replies}
+        return [(p, content_nbytes(by_node[p.node_id].content)) for p in participants]
+
+    def _refuse(self, refused: list[str], node: int, phase: str, reason: object) -> None:
+        log(WARNING, "Refused %s reply from node %s: %s", phase, node, reason)
+        refused.append(f"node {node} ({phase}): {reason}")
+
+    def _train_phase(self, replies: Sequence[Message], refused: list[str]) -> list[Participant]:
+        accepted: list[Participant] = []
+        seen: set[int] = set()
+        expects_values = self.collective == "allreduce" and self._round_index_set is not None
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            try:
+                if msg.has_error():
+                    raise ValueError(f"client error: {msg.error.reason}")
+                content = msg.content
+                metrics = parse_train_metrics(content, self.num_clients)
+                if metrics.partition_id in seen:
+                    raise ValueError(f"partition-id {metrics.partition_id} already replied")
+                p = Participant(
+                    node_id=node,
+                    partition_id=metrics.partition_id,
+                    num_examples=metrics.num_examples,
+                    train_loss=metrics.train_loss,
+                    compress_s=_compress_s(content),
+                )
+                if self.collective == "allgather":
+                    p.sparse = Sparse.from_record(self._sparse(content), self.layout.size, self.k)
+                elif expects_values:
+                    assert self._round_index_set is not None
+                    p.values = decode_values(self._sparse(content), self._round_index_set.size)
+                else:
+                    norm2 = content.metric_records[METRICS_KEY].get(TOPK_NORM2)
+                    if not isinstance(norm2, int | float) or not math.isfinite(norm2) or norm2 < 0:
+                        raise ValueError(f"topk-norm2 {norm2!r} is not a non-negative number")
+                    p.norm2 = float(norm2)
+            except (ValueError, PayloadError, KeyError) as exc:
+                self._refuse(refused, node, "train", exc)
+                continue
+            seen.add(p.partition_id)
+            accepted.append(p)
+        accepted.sort(key=lambda p: p.partition_id)  # completion order must not matter
+        return accepted
+
+    @staticmethod
+    def _sparse(content: RecordDict) -> ArrayRecord:
+        if SPARSE_KEY not in content.array_records:
+            raise PayloadError(f"ArrayRecord {SPARSE_KEY!r} is missing")
+        return content.array_records[SPARSE_KEY]
+
+    def _allgather(
+        self, participants: Sequence[Participant]
+    ) -> tuple[NDArray[np.int64] | None, NDArray[np.float32] | None]:
+        """Weighted scatter-add of every TopK(e): O(N·k) work, one d-vector of memory."""
+        if not participants:
+            return None, None
+        factors = normalised_weights([p.num_examples for p in participants])
+        total = np.zeros(self.layout.size, dtype=np.float32)
+        touched = np.zeros(self.layout.size, dtype=bool)
+        for p, factor in zip(participants, factors, strict=True):
+            assert p.sparse is not None
+            total[p.sparse.indices] += p.sparse.values * np.float32(factor)  # unique per client
+            touched[p.sparse.indices] = True
+        union = np.flatnonzero(touched)
+        return union, total[union]
+
+    def _allreduce(
+        self, index_set: NDArray[np.int64], participants: Sequence[Participant]
+    ) -> tuple[NDArray[np.int64] | None, NDArray[np.float32] | None]:
+        if not participants:
+            return None, None
+        factors = normalised_weights([p.num_examples for p in participants])
+        total = np.zeros(index_set.size, dtype=np.float32)
+        for p, factor in zip(participants, factors, strict=True):
+            assert p.values is not None
+            total += p.values * np.float32(factor)
+        return index_set, total
+
+    def _choose_leader(self, server_round: int, participants: Sequence[Participant]) -> Participant:
+        if self.leader == "star":
+            return participants[server_round % len(participants)]
+        return max(participants, key=lambda p: (p.norm2, -p.partition_id))
+
+    def _send(self, messages: list[Message]) -> list[Message]:
+        assert self._grid is not None
+        return list(self._grid.send_and_receive(messages, timeout=self.round_timeout_s))
+
+    def _leader_phases(
+        self,
+        server_round: int,
+        participants: list[Participant],
+        refused: list[str],
+        phases: list[tuple[str, list[ClientWork]]],
+    ) -> tuple[list[Participant], NDArray[np.int64] | None, NDArray[np.float32] | None]:
+        if not participants:
+            return [], None, None
+        leader = self._choose_leader(server_round, participants)
+        config = ConfigRecord(
+            {"server-round": server_round, "compression-ratio": self.compression_ratio}
+        )
+        request = RecordDict({CONFIG_KEY: config})
+        leader_replies = self._send(
+            [
+                Message(
+                    content=request,
+                    message_type=f"{MessageType.TRAIN}.{INDICES_ACTION}",
+                    dst_node_id=leader.node_id,
+                )
+            ]
+        )
+        reply = leader_replies[0] if leader_replies else None
+        index_set: NDArray[np.int64] | None = None
+        try:
+            if reply is None:
+                raise ValueError("no reply")
+            if reply.has_error():
+                raise ValueError(f"client error: {reply.error.reason}")
+            index_set = np.sort(decode_indices(self._sparse(reply.content), self.layout.size))
+            if index_set.size != self.k:
+                raise PayloadError(f"{index_set.size} indices, expected {self.k}")
+            bytes_up = content_nbytes(reply.content)
+        except (ValueError, PayloadError, KeyError) as exc:
+            self._refuse(refused, leader.node_id, "indices", exc)
+            index_set = None
+            bytes_up = 0
+        phases.append(
+            ("indices", [ClientWork(leader.partition_id, content_nbytes(request), 0, bytes_up)])
+        )
+        if index_set is None:
+            return [], None, None  # without the leader's indices this round cannot aggregate
+        values_request = RecordDict(
+            {CONFIG_KEY: config, INDEX_SET_KEY: indices_record(index_set, self.layout.size)}
+        )
+        down = content_nbytes(values_request)
+        by_node = {p.node_id: p for p in participants}
+        replies = self._send(
+            [
+                Message(
+                    content=values_request,
+                    message_type=f"{MessageType.TRAIN}.{VALUES_ACTION}",
+                    dst_node_id=p.node_id,
+                )
+                for p in participants
+            ]
+        )
+        accepted: list[Participant] = []
+        works: list[ClientWork] = []
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            p = by_node.get(node)
+            try:
+                if p is None:
+                    raise ValueError("not a participant of this round")
+                if msg.has_error():
+                    raise ValueError(f"client error: {msg.error.reason}")
+                p.values = decode_values(self._sparse(msg.content), index_set.size)
+                p.compress_s += (
+                    _compress_s(msg.content) if METRICS_KEY in msg.content.metric_records else 0.0
+                )
+            except (ValueError, PayloadError, KeyError) as exc:
+                self._refuse(refused, node, "values", exc)
+                continue
+            accepted.append(p)
+            works.append(ClientWork(p.partition_id, down, 0, content_nbytes(msg.content)))
+        phases.append(("values", works))
+        accepted.sort(key=lambda p: p.partition_id)
+        indices, values = self._allreduce(index_set, accepted)
+        return accepted, indices, values
+
+    # --- records ----------------------------------------------------------------------------
+
+    def _record_round(
+        self,
+        server_round: int,
+        participants: Sequence[Participant],
+        refused: list[str],
+        phases: Sequence[tuple[str, list[ClientWork]]],
+        aggregate_s: float,
+    ) -> None:
+        timings: list[PhaseTiming] = [self.clock.phase(name, works) for name, works in phases]
+        duration = self.clock.advance(timings)
+        phase_rows: list[dict[str, Any]] = []
+        for (name, works), timing in zip(phases, timings, strict=True):
+            down = sum(w.bytes_down for w in works)
+            if name == "train":
+                down = sum(self._bytes_down.values())  # sent to every sampled node
+            phase_rows.append(
+                {
+                    "name": name,
+                    "duration_s": timing.duration_s,
+                    "bytes_up": sum(w.bytes_up for w in works),
+                    "bytes_down": down,
+                }
+            )
+        weights = [p.num_examples for p in participants]
+        loss = (
+            float(np.average([p.train_loss for p in participants], weights=weights))
+            if participants
+            else math.nan
+        )
+        self.stats[server_round] = RoundStats(
+            round=server_round,
+            virtual_time_s=self.clock.now_s,
+            round_time_s=duration,
+            bytes_up=sum(r["bytes_up"] for r in phase_rows),
+            bytes_down=sum(r["bytes_down"] for r in phase_rows),
+            num_clients=len(participants),
+            train_loss=loss,
+            compression_ratio=self.compression_ratio,
+            collective=self.collective,
+            refused=refused,
+            phases=phase_rows,
+            compress_s=max((p.compress_s for p in participants), default=0.0),
+            aggregate_s=aggregate_s,
+        )
