@@ -119,6 +119,7 @@ class TopKStrategy(DenseStrategy):
         self._grid: Grid | None = None
         self._config = ConfigRecord()
         self._round_index_set: NDArray[np.int64] | None = None
+        self._last_scores: dict[int, float] = {}  # node id → ||TopK(e)||² (VAR), for records
 
     # --- instructions -----------------------------------------------------------------------
 
@@ -328,6 +329,7 @@ class TopKStrategy(DenseStrategy):
     ) -> tuple[list[Participant], NDArray[np.int64] | None, NDArray[np.float32] | None]:
         if not participants:
             return [], None, None
+        self._last_scores = {p.node_id: p.norm2 for p in participants}
         leader = self._choose_leader(server_round, participants)
         config = ConfigRecord(
             {"server-round": server_round, "compression-ratio": self.compression_ratio}

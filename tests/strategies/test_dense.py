@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
-from flwr.supercore.task_identity import TaskIdentity
 
 from common.params import Layout
 from server.clock import VirtualClock
@@ -16,12 +15,7 @@ SHAPES = {"w": (4, 3), "b": (3,)}
 PROFILE = DeviceProfile("p", 100.0, 1e6, 1e6, 0.01)
 
 
-@pytest.fixture(autouse=True)
-def _run_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Message() reads the run and node identity, which only a running federation sets.
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:

@@ -1,0 +1,143 @@
+"""Top-k strategy and ClientApp together, round by round, in process."""
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord
+
+from common.data import DIGITS_SPEC
+from common.models import build_model
+from common.params import Layout, model_to_vector
+from common.settings import Settings, settings_with
+from server.app import build_strategy
+from server.clock import VirtualClock
+from server.devices import DeviceProfile
+from strategies.codec import index_nbytes, topk_count
+from strategies.dense import DenseStrategy, train_config_record
+from tests.federation import InProcessGrid
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)
+MODES = {
+    "allgather": {"collective": "allgather"},
+    "allreduce-star": {"collective": "allreduce", "leader": "star"},
+    "allreduce-var": {"collective": "allreduce", "leader": "var"},
+    "allreduce-global": {"collective": "allreduce", "index_policy": "global"},
+}
+
+
+def _settings(**overrides: object) -> Settings:
+    base = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
+    return settings_with(**(base | overrides))
+
+
+def _run(settings: Settings, rounds: int) -> tuple[np.ndarray, DenseStrategy, InProcessGrid]:
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    clock = VirtualClock({i: PROFILE for i in range(settings.num_clients)})
+    strategy = build_strategy(settings, clock, layout)
+    grid = InProcessGrid(settings)
+    result = strategy.start(
+        grid=grid,  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=rounds,
+        train_config=train_config_record(
+            learning_rate=settings.learning_rate,
+            local_steps=settings.local_steps,
+            batch_size=settings.batch_size,
+            seed=settings.seed,
+        ),
+    )
+    arrays: ArrayRecord = result.arrays
+    return layout.flatten(arrays), strategy, grid
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_ratio_one_gives_exactly_the_dense_model(mode: str) -> None:
+    dense, _, _ = _run(_settings(strategy="dense"), rounds=3)
+    topk, strategy, _ = _run(
+        _settings(strategy="topk", compression_ratio=1.0, **MODES[mode]), rounds=3
+    )
+    np.testing.assert_array_equal(topk, dense)
+    assert strategy.stats[3].num_clients == 3
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
+    final, strategy, grid = _run(
+        _settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
+    )
+    from client.compression import REPLICA_KEY, _load
+
+    # Each replica holds the model of the last instruction: the global before round 4's update.
+    delta = strategy._last_delta
+    assert delta is not None
+    before_last = final.copy()
+    before_last[delta.indices] -= delta.values
+    for context in grid.contexts.values():
+        replica = _load(context.state, REPLICA_KEY)
+        assert replica is not None
+        np.testing.assert_allclose(replica, before_last, atol=1e-6)
+    # After round 1 only sparse updates travel down, far smaller than the model.
+    full = strategy.stats[1].bytes_down
+    assert strategy.stats[4].bytes_down < full / 3
+
+
+def test_star_leader_rotates_by_round_and_partition() -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
+    _, _, grid = _run(settings, rounds=6)
+    leaders = [node - 100 for kind, node in grid.sent if kind == "train.indices"]
+    assert leaders == [r % 3 for r in range(1, 7)]
+
+
+def test_var_leader_has_the_largest_topk_energy() -> None:
+    settings = _settings(
+        strategy="topk", compression_ratio=0.05, collective="allreduce", leader="var"
+    )
+    _, strategy, grid = _run(settings, rounds=1)
+    [leader] = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert len({node for kind, node in grid.sent if kind == "train.values"}) == 3
+    assert strategy.stats[1].phases[1]["name"] == "indices"
+    # The chosen leader's score is the largest among the reported ones.
+    scores = strategy._last_scores  # type: ignore[attr-defined]
+    assert scores[leader] == max(scores.values())
+
+
+def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    _, strategy, _ = _run(settings, rounds=2)
+    d = 50_826
+    k = topk_count(d, 0.01)
+    formula = 3 * (4 * k + index_nbytes(k, d))
+    assert strategy.stats[2].bytes_up == pytest.approx(formula, rel=0.10)
+
+    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
+    _, strategy, _ = _run(settings, rounds=2)
+    phases = {p["name"]: p for p in strategy.stats[2].phases}
+    assert phases["values"]["bytes_up"] == pytest.approx(3 * 4 * k, rel=0.10)
+    assert phases["indices"]["bytes_up"] == pytest.approx(index_nbytes(k, d), rel=0.10)
+    assert strategy.stats[2].round_time_s == pytest.approx(
+        sum(p["duration_s"] for p in phases.values())
+    )
+
+
+def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.05, collective="allgather")
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    strategy = build_strategy(settings, VirtualClock({i: PROFILE for i in range(3)}), layout)
+    grid = InProcessGrid(settings)
+    arrays = layout.unflatten(model_to_vector(model))
+    config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
+    payloads = []
+    for server_round in (1, 2, 3):
+        grid.fail_nodes = {101} if server_round == 2 else set()
+        messages = list(strategy.configure_train(server_round, arrays, config, grid))  # type: ignore[arg-type]
+        payloads.append({m.metadata.dst_node_id: m.content["config"]["payload"] for m in messages})
+        new, _ = strategy.aggregate_train(server_round, grid.send_and_receive(messages))
+        assert new is not None
+        arrays = new
+        assert strategy.stats[server_round].num_clients == (2 if server_round == 2 else 3)
+    assert payloads[0] == {100: "full", 101: "full", 102: "full"}
+    assert payloads[1] == {100: "delta", 101: "delta", 102: "delta"}
+    assert payloads[2] == {100: "delta", 101: "full", 102: "delta"}
