@@ -1,10 +1,11 @@
 """Exact Top-k selection by magnitude over one flat vector.
 
-``np.argpartition`` over millions of entries is slow; instead a threshold is estimated from
-an evenly strided sample so that slightly more than k entries pass, one pass keeps the
-candidates, and a partition of the few candidates picks exactly k. If the estimate lets too
-few entries through (an adversarial layout), the full partition is the fallback, so the
-result is always exactly the k largest |x| (ties broken by partition order).
+A full ``argpartition`` over millions of entries followed by a sort is slow. Instead a
+threshold is estimated from an evenly strided sample so that slightly more than k entries
+pass, one pass keeps those candidates (already in index order), and the exact k-th largest
+magnitude among the few candidates decides which to keep. When the estimate lets too few
+through (an adversarial layout) the same exact step runs over the whole vector, so the result
+is always exactly the k largest |x|; ties at the k-th value go to the lowest indices.
 """
 
 from __future__ import annotations
@@ -12,8 +13,22 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-_SAMPLE = 8192
-_SMALL = 1 << 16
+_SAMPLE = 16384
+_SMALL = 1 << 15
+
+
+def _exact(magnitude: NDArray[np.float32], positions: NDArray[np.int64], k: int) -> NDArray[np.int64]:
+    """The ``k`` entries of ``positions`` with the largest ``magnitude``, in the given order."""
+    values = magnitude[positions]
+    extra = values.size - k
+    if extra == 0:
+        return positions
+    kth = np.partition(values, extra)[extra]  # k-th largest value
+    keep = values > kth
+    missing = k - int(np.count_nonzero(keep))
+    if missing:
+        keep[np.flatnonzero(values == kth)[:missing]] = True
+    return positions[keep]
 
 
 def topk_indices(x: NDArray[np.float32], k: int) -> NDArray[np.int64]:
@@ -25,23 +40,16 @@ def topk_indices(x: NDArray[np.float32], k: int) -> NDArray[np.int64]:
         return np.arange(n, dtype=np.int64)
     magnitude = np.abs(x)
     if n <= _SMALL or k * 4 > n:
-        chosen = np.argpartition(magnitude, n - k)[n - k :]
-        return np.sort(chosen).astype(np.int64)
-    step = max(1, n // _SAMPLE)
-    sample = np.sort(magnitude[::step])
-    # Aim for about 1.3 k + a few sampling standard deviations of candidates.
+        return _exact(magnitude, np.arange(n, dtype=np.int64), k)
+    sample = magnitude[:: max(1, n // _SAMPLE)]
+    # Let through about 5% more than k, plus four sampling standard deviations.
     expected = k / n * sample.size
-    margin = 1.3 * expected + 4.0 * np.sqrt(expected) + 2
-    position = max(0, sample.size - int(np.ceil(margin)))
-    threshold = sample[position]
+    position = max(0, sample.size - int(np.ceil(1.05 * expected + 4.0 * np.sqrt(expected) + 2)))
+    threshold = np.partition(sample, position)[position]
     candidates = np.flatnonzero(magnitude >= threshold)
     if candidates.size < k:
-        chosen = np.argpartition(magnitude, n - k)[n - k :]
-        return np.sort(chosen).astype(np.int64)
-    if candidates.size > k:
-        keep = np.argpartition(magnitude[candidates], candidates.size - k)[candidates.size - k :]
-        candidates = np.sort(candidates[keep])
-    return candidates.astype(np.int64)
+        return _exact(magnitude, np.arange(n, dtype=np.int64), k)
+    return _exact(magnitude, candidates, k)
 
 
 def topk_energy(x: NDArray[np.float32], indices: NDArray[np.int64]) -> float:

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from common.params import Layout
 from common.settings import COLLECTIVES, INDEX_POLICIES, LEADERS
 from server.clock import ClientWork, PhaseTiming, VirtualClock
-from strategies.aggregate import normalised_weights
+from strategies.aggregate import scatter_add, weighted_average
 from strategies.codec import (
     PayloadError,
     Sparse,
@@ -289,27 +289,21 @@ class TopKStrategy(DenseStrategy):
         """Weighted scatter-add of every TopK(e): O(N·k) work, one d-vector of memory."""
         if not participants:
             return None, None
-        factors = normalised_weights([p.num_examples for p in participants])
-        total = np.zeros(self.layout.size, dtype=np.float32)
-        touched = np.zeros(self.layout.size, dtype=bool)
-        for p, factor in zip(participants, factors, strict=True):
-            assert p.sparse is not None
-            total[p.sparse.indices] += p.sparse.values * np.float32(factor)  # unique per client
-            touched[p.sparse.indices] = True
-        union = np.flatnonzero(touched)
-        return union, total[union]
+        sparses = [p.sparse for p in participants if p.sparse is not None]
+        return scatter_add(
+            [s.indices for s in sparses],
+            [s.values for s in sparses],
+            [p.num_examples for p in participants],
+            self.layout.size,
+        )
 
     def _allreduce(
         self, index_set: NDArray[np.int64], participants: Sequence[Participant]
     ) -> tuple[NDArray[np.int64] | None, NDArray[np.float32] | None]:
         if not participants:
             return None, None
-        factors = normalised_weights([p.num_examples for p in participants])
-        total = np.zeros(index_set.size, dtype=np.float32)
-        for p, factor in zip(participants, factors, strict=True):
-            assert p.values is not None
-            total += p.values * np.float32(factor)
-        return index_set, total
+        values = [p.values for p in participants if p.values is not None]
+        return index_set, weighted_average(values, [p.num_examples for p in participants])
 
     def _choose_leader(self, server_round: int, participants: Sequence[Participant]) -> Participant:
         if self.leader == "star":
