@@ -16,6 +16,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -35,10 +36,20 @@ def median_s(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def _torch_topk(x: torch.Tensor, k: int) -> object:
+    return torch.topk(x.abs(), k, sorted=False)
+
+
+def _floor(x: np.ndarray, threshold: float) -> object:
+    return np.abs(x) >= threshold
+
+
 def selection(repeats: int) -> None:
     print(f"Top-k selection, median of {repeats} (torch threads: {torch.get_num_threads()})")
-    print(f"{'n':>10} {'c':>6} {'ours ms':>9} {'torch.topk ms':>14} {'floor ms':>9} "
-          f"{'vs torch':>9} {'vs floor':>9}")
+    print(
+        f"{'n':>10} {'c':>6} {'ours ms':>9} {'torch.topk ms':>14} {'floor ms':>9} "
+        f"{'vs torch':>9} {'vs floor':>9}"
+    )
     rng = np.random.default_rng(0)
     for n in (1_000_000, 10_000_000):
         x = rng.standard_normal(n).astype(np.float32)
@@ -46,11 +57,13 @@ def selection(repeats: int) -> None:
         for c in (0.1, 0.01, 0.001):
             k = topk_count(n, c)
             threshold = float(np.sort(np.abs(x[:: max(1, n // 10_000)]))[-max(1, int(c * 10_000))])
-            ours = median_s(lambda: topk_indices(x, k), repeats)
-            reference = median_s(lambda: torch.topk(xt.abs(), k, sorted=False), repeats)
-            floor = median_s(lambda: np.abs(x) >= threshold, repeats)
-            print(f"{n:>10} {c:>6} {ours * 1e3:>9.2f} {reference * 1e3:>14.2f} {floor * 1e3:>9.2f} "
-                  f"{reference / ours:>8.1f}x {ours / floor:>8.2f}x")
+            ours = median_s(partial(topk_indices, x, k), repeats)
+            reference = median_s(partial(_torch_topk, xt, k), repeats)
+            floor = median_s(partial(_floor, x, threshold), repeats)
+            print(
+                f"{n:>10} {c:>6} {ours * 1e3:>9.2f} {reference * 1e3:>14.2f} {floor * 1e3:>9.2f} "
+                f"{reference / ours:>8.1f}x {ours / floor:>8.2f}x"
+            )
 
 
 def aggregation(repeats: int, size: int = 1_000_000, ratio: float = 0.01) -> None:
@@ -62,8 +75,8 @@ def aggregation(repeats: int, size: int = 1_000_000, ratio: float = 0.01) -> Non
         index_sets = [np.sort(rng.choice(size, size=k, replace=False)) for _ in range(n)]
         value_sets = [rng.standard_normal(k).astype(np.float32) for _ in range(n)]
         weights = [1.0] * n
-        allgather = median_s(lambda: scatter_add(index_sets, value_sets, weights, size), repeats)
-        allreduce = median_s(lambda: weighted_average(value_sets, weights), repeats)
+        allgather = median_s(partial(scatter_add, index_sets, value_sets, weights, size), repeats)
+        allreduce = median_s(partial(weighted_average, value_sets, weights), repeats)
         print(f"{n:>8} {allgather * 1e3:>13.2f} {allreduce * 1e3:>13.2f}")
 
 

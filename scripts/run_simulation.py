@@ -201,6 +201,7 @@ def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Pa
     settings = resolve_settings(overrides)
     results_dir = Path(settings.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
+    # One FLWR_HOME per run, named after this process, so runs never share Flower state.
     flwr_home = FLWR_DIR / f"home-{os.getpid()}-{time.monotonic_ns()}"
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
     explicit["results-dir"] = settings.results_dir

@@ -17,7 +17,9 @@ _SAMPLE = 16384
 _SMALL = 1 << 15
 
 
-def _exact(magnitude: NDArray[np.float32], positions: NDArray[np.int64], k: int) -> NDArray[np.int64]:
+def _exact(
+    magnitude: NDArray[np.float32], positions: NDArray[np.int64], k: int
+) -> NDArray[np.int64]:
     """The ``k`` entries of ``positions`` with the largest ``magnitude``, in the given order."""
     values = magnitude[positions]
     extra = values.size - k

@@ -1,6 +1,7 @@
 """A 3-client, 2-round simulation through ``flwr run``, twice with one seed."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -62,8 +63,10 @@ def test_simulation_writes_records_and_is_deterministic(
     assert summary["final_accuracy"] == first[-1]["accuracy"]
     assert (tmp_path / "a" / "accuracy.png").exists()
 
-    # Nothing this run started is still running.
-    assert processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR)) == []
+    # Nothing these runs started is still running (their FLWR_HOME names this process).
+    assert (
+        processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{os.getpid()}-")) == []
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -95,4 +98,4 @@ def test_interrupted_run_stops_its_superlink(tmp_path: Path, sig: signal.Signals
             proc.kill()
     assert code != 0
     assert not (results / "summary.json").exists()
-    assert processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR)) == []
+    assert processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{proc.pid}-")) == []
