@@ -99,3 +99,26 @@ def test_interrupted_run_stops_its_superlink(tmp_path: Path, sig: signal.Signals
     assert code != 0
     assert not (results / "summary.json").exists()
     assert processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{proc.pid}-")) == []
+
+
+def test_topk_allreduce_phases_run_through_flower(tmp_path: Path) -> None:
+    """The custom actions train.indices and train.values route through the real runtime."""
+    overrides = {
+        "num-clients": 3,
+        "num-server-rounds": 2,
+        "strategy": "topk",
+        "collective": "allreduce",
+        "leader": "var",
+        "compression-ratio": 0.01,
+        "results-dir": str(tmp_path),
+    }
+    code, _ = run_simulation.run(overrides)
+    assert code == 0, (tmp_path / "superlink.log").read_text()[-3000:]
+    rows = read_rounds(tmp_path)
+    assert [r["collective"] for r in rows] == ["allreduce", "allreduce"]
+    assert all(r["num_clients"] == 3 and r["refused"] == [] for r in rows)
+    assert [p["name"] for p in rows[1]["phases"]] == ["train", "indices", "values"]
+    assert rows[1]["bytes_up"] < rows[1]["bytes_down"] < 3 * 4 * 50_826  # sparse both ways
+    assert (
+        processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{os.getpid()}-")) == []
+    )
