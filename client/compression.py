@@ -24,7 +24,7 @@ REPLICA_META_KEY = "replica-meta"
 VECTOR = "vector"
 
 
-def _load(state: RecordDict, key: str) -> NDArray[np.float32] | None:
+def load_vector(state: RecordDict, key: str) -> NDArray[np.float32] | None:
     if key not in state:
         return None
     record = state[key]
@@ -44,7 +44,7 @@ class ErrorFeedback:
 
     @classmethod
     def from_state(cls, state: RecordDict, size: int) -> ErrorFeedback:
-        residual = _load(state, RESIDUAL_KEY)
+        residual = load_vector(state, RESIDUAL_KEY)
         if residual is None:
             residual = np.zeros(size, dtype=np.float32)
         if residual.shape != (size,):
@@ -86,7 +86,7 @@ def hold_compensated(state: RecordDict, update: NDArray[np.float32], k: int) -> 
 
 def pending_topk(state: RecordDict, ratio: float) -> tuple[NDArray[np.int64], int]:
     """Allreduce index phase (leader only): Top-k indices of the held e, and its length."""
-    compensated = _load(state, PENDING_KEY)
+    compensated = load_vector(state, PENDING_KEY)
     if compensated is None:
         raise ValueError("index request without a compensated update from this round's training")
     return topk_indices(compensated, topk_count(compensated.size, ratio)), int(compensated.size)
@@ -103,7 +103,7 @@ def send_values_at(
     if update is not None:
         compensated = update + ErrorFeedback.from_state(state, update.size).residual
     else:
-        held = _load(state, PENDING_KEY)
+        held = load_vector(state, PENDING_KEY)
         if held is None:
             raise ValueError("values request without a compensated update from this round")
         compensated = held
@@ -131,7 +131,7 @@ def apply_model(
         version=int(config["model-version"]),  # type: ignore[arg-type]
         base_version=int(config.get("base-version", -1)),  # type: ignore[arg-type]
     )
-    held = _load(state, REPLICA_KEY)
+    held = load_vector(state, REPLICA_KEY)
     held_version = None
     if REPLICA_META_KEY in state:
         meta = state[REPLICA_META_KEY]

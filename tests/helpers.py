@@ -9,6 +9,20 @@ from pathlib import Path
 
 from flwr.app import Error, Message, Metadata, RecordDict
 
+# What the foundation issue asks every line of rounds.jsonl to carry.
+REQUIRED_ROUND_FIELDS = {
+    "round",
+    "virtual_time_s",
+    "wall_time_s",
+    "accuracy",
+    "loss",
+    "bytes_up",
+    "bytes_down",
+    "compression_ratio",
+    "collective",
+    "num_clients",
+}
+
 
 def reply_message(
     content: RecordDict | None, src_node_id: int, error: str | None = None

@@ -13,20 +13,7 @@ import pytest
 from common.settings import PROJECT_ROOT
 from scripts import run_simulation
 from server.records import WALL_CLOCK_FIELDS, read_rounds
-from tests.helpers import processes_with_env
-
-REQUIRED = {
-    "round",
-    "virtual_time_s",
-    "wall_time_s",
-    "accuracy",
-    "loss",
-    "bytes_up",
-    "bytes_down",
-    "compression_ratio",
-    "collective",
-    "num_clients",
-}
+from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
 
 
 def _run(results: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
@@ -45,7 +32,7 @@ def test_simulation_writes_records_and_is_deterministic(
 
     assert [r["round"] for r in first] == [1, 2]
     for row in first:
-        assert set(row) >= REQUIRED
+        assert set(row) >= REQUIRED_ROUND_FIELDS
         assert row["num_clients"] == 3 and row["collective"] == "dense"
         assert row["compression_ratio"] == 1.0
         assert row["bytes_up"] > 3 * 4 * 50_826  # three full float32 updates

@@ -3,19 +3,7 @@ from pathlib import Path
 
 from server.records import RunRecorder, progress_line, read_rounds
 from strategies.dense import RoundStats
-
-REQUIRED = {
-    "round",
-    "virtual_time_s",
-    "wall_time_s",
-    "accuracy",
-    "loss",
-    "bytes_up",
-    "bytes_down",
-    "compression_ratio",
-    "collective",
-    "num_clients",
-}
+from tests.helpers import REQUIRED_ROUND_FIELDS
 
 
 def _stats(r: int, t: float) -> RoundStats:
@@ -39,7 +27,7 @@ def test_rounds_summary_and_plot(tmp_path: Path) -> None:
 
     rows = read_rounds(tmp_path / "run")
     assert [r["round"] for r in rows] == [1, 2]
-    assert set(rows[0]) >= REQUIRED
+    assert set(rows[0]) >= REQUIRED_ROUND_FIELDS
     assert rows[1] == row
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert on_disk == summary

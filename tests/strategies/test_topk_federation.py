@@ -67,7 +67,7 @@ def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
     final, strategy, grid = _run(
         _settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
     )
-    from client.compression import REPLICA_KEY, _load
+    from client.compression import REPLICA_KEY, load_vector
 
     # Each replica holds the model of the last instruction: the global before round 4's update.
     delta = strategy._last_delta
@@ -75,7 +75,7 @@ def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
     before_last = final.copy()
     before_last[delta.indices] -= delta.values
     for context in grid.contexts.values():
-        replica = _load(context.state, REPLICA_KEY)
+        replica = load_vector(context.state, REPLICA_KEY)
         assert replica is not None
         np.testing.assert_allclose(replica, before_last, atol=1e-6)
     # After round 1 only sparse updates travel down, far smaller than the model.

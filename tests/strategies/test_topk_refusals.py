@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
-from client.compression import PENDING_KEY, _load
+from client.compression import PENDING_KEY, load_vector
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import Layout, model_to_vector
@@ -167,7 +167,7 @@ def test_allreduce_equals_the_dense_weighted_sum_at_the_shared_indices() -> None
         messages = list(messages)
         if messages[0].metadata.message_type == "train.values":
             for node, context in grid.contexts.items():
-                vector = _load(context.state, PENDING_KEY)
+                vector = load_vector(context.state, PENDING_KEY)
                 assert vector is not None
                 held[node] = vector
             leader_indices.append(
