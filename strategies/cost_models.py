@@ -1,0 +1,136 @@
+"""Alpha-beta cost models of collectives, as small pure functions.
+
+Symbols as in ``../shared/reference/methods.md`` part A: N workers, a message of M bytes,
+α latency (s), β = 1 / bandwidth (s per byte), log = log2, c the compression ratio. Each
+function returns seconds. ``Collective`` names them, and ``cost`` looks one up, so callers
+pick a model by name instead of by if/elif.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class Link:
+    """Latency α (s) and β = 1 / bandwidth (s per byte) of a link."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
+            raise ValueError(f"latency must be >= 0, got {self.alpha_s}")
+        if not (math.isfinite(self.beta_s_per_byte) and self.beta_s_per_byte > 0):
+            raise ValueError(f"beta must be > 0, got {self.beta_s_per_byte}")
+
+    @classmethod
+    def from_bandwidth(cls, latency_s: float, bytes_per_s: float) -> Link:
+        if not bytes_per_s > 0:
+            raise ValueError(f"bandwidth must be > 0, got {bytes_per_s}")
+        return cls(latency_s, 1.0 / bytes_per_s)
+
+
+def _check(n: int, nbytes: float) -> None:
+    if n < 1:
+        raise ValueError(f"need at least one worker, got {n}")
+    if nbytes < 0:
+        raise ValueError(f"message size must be >= 0, got {nbytes}")
+
+
+def star(n: int, nbytes: float, link: Link) -> float:
+    """Parameter server / star: 2α + 2(N−1)·M·β."""
+    _check(n, nbytes)
+    return 2 * link.alpha_s + 2 * (n - 1) * nbytes * link.beta_s_per_byte
+
+
+def ring_allreduce(n: int, nbytes: float, link: Link) -> float:
+    """Ring allreduce: 2(N−1)α + 2·((N−1)/N)·M·β."""
+    _check(n, nbytes)
+    return 2 * (n - 1) * link.alpha_s + 2 * ((n - 1) / n) * nbytes * link.beta_s_per_byte
+
+
+def tree_allreduce(n: int, nbytes: float, link: Link) -> float:
+    """Tree allreduce: 2α·logN + 2·logN·M·β."""
+    _check(n, nbytes)
+    log_n = math.log2(n)
+    return 2 * link.alpha_s * log_n + 2 * log_n * nbytes * link.beta_s_per_byte
+
+
+def broadcast(n: int, nbytes: float, link: Link) -> float:
+    """Broadcast: α·logN + logN·M·β."""
+    _check(n, nbytes)
+    log_n = math.log2(n)
+    return link.alpha_s * log_n + log_n * nbytes * link.beta_s_per_byte
+
+
+def allgather(n: int, nbytes: float, link: Link) -> float:
+    """Allgather: α·logN + (N−1)·M·β."""
+    _check(n, nbytes)
+    return link.alpha_s * math.log2(n) + (n - 1) * nbytes * link.beta_s_per_byte
+
+
+def allgather_topk(n: int, model_bytes: float, ratio: float, link: Link) -> float:
+    """Allgather of Top-k values and indices: α·logN + 2·M·c·β·(N−1)."""
+    _check(n, model_bytes)
+    return link.alpha_s * math.log2(n) + 2 * model_bytes * ratio * link.beta_s_per_byte * (n - 1)
+
+
+def artopk_ring(n: int, model_bytes: float, ratio: float, link: Link) -> float:
+    """AR-Top-k over a ring: α·[2(N−1) + logN] + M·c·β·[2(N−1)/N + logN]."""
+    _check(n, model_bytes)
+    log_n = math.log2(n)
+    return link.alpha_s * (2 * (n - 1) + log_n) + model_bytes * ratio * link.beta_s_per_byte * (
+        2 * (n - 1) / n + log_n
+    )
+
+
+def artopk_tree(n: int, model_bytes: float, ratio: float, link: Link) -> float:
+    """AR-Top-k over a tree: 3α·logN + 3·M·c·β·logN."""
+    _check(n, model_bytes)
+    log_n = math.log2(n)
+    return 3 * link.alpha_s * log_n + 3 * model_bytes * ratio * link.beta_s_per_byte * log_n
+
+
+# --- cross-overs: the first form wins while α/β is below the bound -------------------------
+
+
+def ring_over_tree_bound(n: int, model_bytes: float, ratio: float) -> float:
+    """AR-Top-k ring beats tree while α/β < [(logN − (N−1)/N) / (N−1−logN)]·M·c."""
+    log_n = math.log2(n)
+    return (log_n - (n - 1) / n) / (n - 1 - log_n) * model_bytes * ratio
+
+
+def ring_over_allgather_bound(n: int, model_bytes: float, ratio: float) -> float:
+    """AR-Top-k ring beats Allgather Top-k while α/β < [1 − 1/N − logN/(2(N−1))]·M·c."""
+    return (1 - 1 / n - math.log2(n) / (2 * (n - 1))) * model_bytes * ratio
+
+
+def tree_over_allgather_bound(n: int, model_bytes: float, ratio: float) -> float:
+    """AR-Top-k tree beats Allgather Top-k while α/β < [(N−1)/logN − 3/2]·M·c."""
+    return ((n - 1) / math.log2(n) - 1.5) * model_bytes * ratio
+
+
+class Collective(Enum):
+    STAR = "star"
+    RING_ALLREDUCE = "ring-allreduce"
+    TREE_ALLREDUCE = "tree-allreduce"
+    BROADCAST = "broadcast"
+    ALLGATHER = "allgather"
+
+
+DENSE_COSTS: dict[Collective, Callable[[int, float, Link], float]] = {
+    Collective.STAR: star,
+    Collective.RING_ALLREDUCE: ring_allreduce,
+    Collective.TREE_ALLREDUCE: tree_allreduce,
+    Collective.BROADCAST: broadcast,
+    Collective.ALLGATHER: allgather,
+}
+
+
+def cost(kind: Collective, n: int, nbytes: float, link: Link) -> float:
+    """Seconds for collective ``kind`` of an ``nbytes`` message among ``n`` workers."""
+    return DENSE_COSTS[kind](n, nbytes, link)
