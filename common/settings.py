@@ -84,6 +84,8 @@ class Settings:
     learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")
     devices_file: str = _spec(doc="TOML file of device presets and mixes (relative to the app)")
     device_mix: str = _spec(doc="name of the device mix assigned across clients")
+    networks_file: str = _spec(doc="TOML file of network presets (relative to the app)")
+    network: str = _spec(doc="network preset: how links change over rounds")
     round_timeout_s: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="seconds to wait for replies in a round"
     )

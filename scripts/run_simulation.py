@@ -35,6 +35,7 @@ from typing import Any
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
 from scripts.processes import stop_tree
 from server.devices import load_catalog
+from server.network import load_schedule
 from server.records import default_results_dir
 
 CONNECTION = "edgeflex-local"
@@ -93,6 +94,9 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     settings = Settings.from_run_config(config)
     load_catalog(PROJECT_ROOT / settings.devices_file).assign(
         settings.device_mix, settings.num_clients
+    )
+    load_schedule(
+        PROJECT_ROOT / settings.networks_file, settings.network, settings.num_clients, settings.seed
     )
     return settings
 

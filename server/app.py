@@ -17,6 +17,7 @@ from common.settings import PROJECT_ROOT, Settings
 from server.clock import VirtualClock
 from server.devices import load_catalog
 from server.evaluation import evaluate
+from server.network import load_schedule
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.dense import DenseStrategy, train_config_record
 from strategies.topk_strategy import TopKStrategy
@@ -90,7 +91,10 @@ def main(grid: Grid, context: Context) -> None:
         results_dir,
     )
 
-    strategy = build_strategy(settings, VirtualClock(profiles), layout)
+    schedule = load_schedule(
+        PROJECT_ROOT / settings.networks_file, settings.network, settings.num_clients, settings.seed
+    )
+    strategy = build_strategy(settings, VirtualClock(profiles, schedule), layout)
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         result = evaluate(model, layout.flatten(arrays), test)

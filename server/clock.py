@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from server.devices import DeviceProfile
+from server.network import NetworkSchedule
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,18 @@ def transfer_s(num_bytes: int, bytes_per_s: float, latency_s: float) -> float:
 class VirtualClock:
     """Cumulative virtual time of a run, advanced one round at a time."""
 
-    def __init__(self, profiles: Mapping[int, DeviceProfile]) -> None:
+    def __init__(
+        self, profiles: Mapping[int, DeviceProfile], schedule: NetworkSchedule | None = None
+    ) -> None:
+        self._devices = dict(profiles)
         self._profiles = dict(profiles)
+        self._schedule = schedule
         self.now_s = 0.0
+
+    def begin_round(self, server_round: int) -> None:
+        """Apply the network schedule's links for ``server_round``."""
+        if self._schedule is not None:
+            self._profiles = self._schedule.profiles(server_round, self._devices)
 
     def profile(self, client: int) -> DeviceProfile:
         if client not in self._profiles:

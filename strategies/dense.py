@@ -139,6 +139,7 @@ class DenseStrategy(FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        self.clock.begin_round(server_round)
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._global = self.layout.flatten(arrays)
         sizes: dict[int, int] = {}  # messages share one RecordDict: serialize it once

@@ -135,6 +135,7 @@ class TopKStrategy(DenseStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._grid = grid
+        self.clock.begin_round(server_round)
         self._global = self.layout.flatten(arrays)
         node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
         self._config = ConfigRecord(dict(config))
