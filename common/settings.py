@@ -19,7 +19,7 @@ from typing import Any
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 STRATEGIES = ("dense", "topk")
-COLLECTIVES = ("allgather", "allreduce")
+COLLECTIVES = ("allgather", "allreduce", "auto")
 LEADERS = ("star", "var")
 INDEX_POLICIES = ("leader", "global")
 PARTITIONERS = ("iid", "dirichlet", "labels")
@@ -73,7 +73,10 @@ class Settings:
     labels_per_client: int = _spec(minimum=1, doc="labels per client for the labels partitioner")
     model: str = _spec(choices=MODELS, doc="model from the registry")
     strategy: str = _spec(choices=STRATEGIES, doc="aggregation strategy")
-    collective: str = _spec(choices=COLLECTIVES, doc="topk: how the server combines updates")
+    collective: str = _spec(
+        choices=COLLECTIVES,
+        doc="topk: allgather, allreduce, or auto (cheaper by prediction, per round)",
+    )
     leader: str = _spec(choices=LEADERS, doc="topk allreduce: who picks the shared indices")
     index_policy: str = _spec(choices=INDEX_POLICIES, doc="topk allreduce: leader or global")
     compression_ratio: float = _spec(

@@ -45,6 +45,11 @@ class PhaseTiming:
     def duration_s(self) -> float:
         return max((t.total_s for t in self.clients.values()), default=0.0)
 
+    @property
+    def comm_s(self) -> float:
+        """The phase's time with compute left out: its slowest transfers."""
+        return max((t.download_s + t.upload_s for t in self.clients.values()), default=0.0)
+
 
 def transfer_s(num_bytes: int, bytes_per_s: float, latency_s: float) -> float:
     if num_bytes < 0:

@@ -51,6 +51,10 @@ class RoundStats:
     phases: list[dict[str, Any]] = field(default_factory=list)
     compress_s: float = 0.0  # measured (wall clock): slowest client's compression time
     aggregate_s: float = 0.0  # measured (wall clock): server aggregation time
+    comm_time_s: float = 0.0  # virtual: the round's time spent transferring (compute excluded)
+    predicted_allgather_s: float | None = None  # collective = "auto": its predictions
+    predicted_allreduce_s: float | None = None
+    estimated_links: dict[str, list[float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,7 @@ class DenseStrategy(FedAvg):
             bytes_down=bytes_down,
             num_clients=len(accepted),
             train_loss=loss,
+            comm_time_s=phase.comm_s,
             refused=refused,
             phases=[
                 {

@@ -45,7 +45,9 @@ from strategies.codec import (
     topk_count,
     values_record,
 )
+from strategies.cost_models import star_allgather_topk_s, star_allreduce_topk_s
 from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
+from strategies.link_estimator import DOWN, UP, LinkEstimator
 from strategies.protocol import (
     COMPRESS_S,
     CONFIG_KEY,
@@ -119,7 +121,16 @@ class TopKStrategy(DenseStrategy):
         self._grid: Grid | None = None
         self._config = ConfigRecord()
         self._round_index_set: NDArray[np.int64] | None = None
-        self._last_scores: dict[int, float] = {}  # node id → ||TopK(e)||² (VAR), for records
+        self._last_scores: dict[int, float] = {}
+        # collective = "auto": the mode of this round, and what it is chosen from
+        self._mode = "allreduce" if collective == "auto" else collective
+        self.estimator = LinkEstimator(window=48)
+        self._union_fraction = 1.0  # last Allgather union size / (N·k)
+        self._compute_s: dict[int, float] = {}  # last virtual compute time per client
+        self._predicted: tuple[float | None, float | None] = (
+            None,
+            None,
+        )  # node id → ||TopK(e)||² (VAR), for records
 
     # --- instructions -----------------------------------------------------------------------
 
@@ -136,6 +147,8 @@ class TopKStrategy(DenseStrategy):
     ) -> Iterable[Message]:
         self._grid = grid
         self.clock.begin_round(server_round)
+        if self.collective == "auto":
+            self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
         node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
         self._config = ConfigRecord(dict(config))
@@ -144,11 +157,11 @@ class TopKStrategy(DenseStrategy):
                 "server-round": server_round,
                 "model-version": self._version,
                 "compression-ratio": self.compression_ratio,
-                "collective": self.collective,
+                "collective": self._mode,
             }
         )
         self._round_index_set = None
-        if self.collective == "allreduce" and self.index_policy == "global":
+        if self._mode == "allreduce" and self.index_policy == "global":
             self._round_index_set = self._next_index_set
         contents: dict[str, RecordDict] = {}
         messages, self._bytes_down = [], {}
@@ -165,6 +178,24 @@ class TopKStrategy(DenseStrategy):
             for m in messages
         }
         return messages
+
+    def _choose_mode(self, server_round: int) -> str:
+        """The cheaper collective by the predicted round time; rounds 1 and 2 try both."""
+        if server_round <= 2:
+            self._predicted = (None, None)
+            return "allreduce" if server_round == 1 else "allgather"
+        links = [self.estimator.estimate(c) for c in range(self.num_clients)]
+        if any(link is None for link in links):
+            self._predicted = (None, None)
+            return self._mode
+        known = [link for link in links if link is not None]
+        compute = [self._compute_s.get(c, 0.0) for c in range(self.num_clients)]
+        size, k = self.layout.size, self.k
+        union = min(size, math.ceil(self._union_fraction * self.num_clients * k))
+        allgather = star_allgather_topk_s(known, compute, k, union, size)
+        allreduce = star_allreduce_topk_s(known, compute, k, size)
+        self._predicted = (allgather, allreduce)
+        return "allgather" if allgather <= allreduce else "allreduce"
 
     def _instruction(self, payload: str) -> RecordDict:
         config = ConfigRecord(dict(self._config))
@@ -201,7 +232,7 @@ class TopKStrategy(DenseStrategy):
         start = time.perf_counter()
         indices: NDArray[np.int64] | None
         values: NDArray[np.float32] | None
-        if self.collective == "allgather":
+        if self._mode == "allgather":
             indices, values = self._allgather(participants)
         elif self._round_index_set is not None:
             indices, values = self._allreduce(self._round_index_set, participants)
@@ -219,7 +250,7 @@ class TopKStrategy(DenseStrategy):
             new_global[indices] += values  # clients apply exactly this to their replicas
             self._last_delta = Sparse(indices, values, self.layout.size)
             self._version += 1
-            if self.index_policy == "global" and self.collective == "allreduce":
+            if self.index_policy == "global" and self._mode == "allreduce":
                 self._next_index_set = topk_indices(self._last_delta.dense(), self.k)
             self._global = new_global
         for p in participants:
@@ -243,7 +274,7 @@ class TopKStrategy(DenseStrategy):
     def _train_phase(self, replies: Sequence[Message], refused: list[str]) -> list[Participant]:
         accepted: list[Participant] = []
         seen: set[int] = set()
-        expects_values = self.collective == "allreduce" and self._round_index_set is not None
+        expects_values = self._mode == "allreduce" and self._round_index_set is not None
         for msg in replies:
             node = msg.metadata.src_node_id
             try:
@@ -260,7 +291,7 @@ class TopKStrategy(DenseStrategy):
                     train_loss=metrics.train_loss,
                     compress_s=_compress_s(content),
                 )
-                if self.collective == "allgather":
+                if self._mode == "allgather":
                     p.sparse = Sparse.from_record(self._sparse(content), self.layout.size, self.k)
                 elif expects_values:
                     assert self._round_index_set is not None
@@ -410,6 +441,15 @@ class TopKStrategy(DenseStrategy):
     ) -> None:
         timings: list[PhaseTiming] = [self.clock.phase(name, works) for name, works in phases]
         duration = self.clock.advance(timings)
+        for (name, works), timing in zip(phases, timings, strict=True):
+            for work in works:
+                t = timing.clients[work.client]
+                self.estimator.observe(work.client, DOWN, work.bytes_down, t.download_s)
+                self.estimator.observe(work.client, UP, work.bytes_up, t.upload_s)
+                if name == "train":
+                    self._compute_s[work.client] = t.compute_s
+        if self._mode == "allgather" and self._last_delta is not None and participants:
+            self._union_fraction = self._last_delta.indices.size / (len(participants) * self.k)
         phase_rows: list[dict[str, Any]] = []
         for (name, works), timing in zip(phases, timings, strict=True):
             down = sum(w.bytes_down for w in works)
@@ -438,9 +478,26 @@ class TopKStrategy(DenseStrategy):
             num_clients=len(participants),
             train_loss=loss,
             compression_ratio=self.compression_ratio,
-            collective=self.collective,
+            collective=self._mode,
             refused=refused,
             phases=phase_rows,
             compress_s=max((p.compress_s for p in participants), default=0.0),
             aggregate_s=aggregate_s,
+            comm_time_s=sum(t.comm_s for t in timings),
+            predicted_allgather_s=self._predicted[0],
+            predicted_allreduce_s=self._predicted[1],
+            estimated_links=self._estimated_links() if self.collective == "auto" else None,
         )
+
+    def _estimated_links(self) -> dict[str, list[float]]:
+        """Per client: [latency ms, uplink Mbit/s, downlink Mbit/s] as estimated now."""
+        out = {}
+        for client in range(self.num_clients):
+            e = self.estimator.estimate(client)
+            if e is not None:
+                out[str(client)] = [
+                    round(e.latency_s * 1e3, 4),
+                    round(e.uplink_bytes_per_s * 8e-6, 4),
+                    round(e.downlink_bytes_per_s * 8e-6, 4),
+                ]
+        return out

@@ -1,0 +1,58 @@
+"""collective = "auto" under the edge-scaled C1 schedule, in process."""
+
+import pytest
+
+from common.data import DIGITS_SPEC
+from common.models import build_model
+from common.params import Layout, model_to_vector
+from common.settings import PROJECT_ROOT
+from server.app import build_strategy
+from server.clock import VirtualClock
+from server.devices import MBPS, DeviceProfile
+from server.network import load_schedule
+from strategies.codec import topk_count
+from strategies.cost_models import star_allgather_topk_s, star_allreduce_topk_s
+from strategies.dense import train_config_record
+from tests.federation import InProcessGrid
+from tests.strategies.test_topk_federation import _settings
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+DEVICE = DeviceProfile("pi", 2000.0, 5 * MBPS, 5 * MBPS, 0.01)
+
+
+def test_auto_follows_the_cost_models_across_c1_segments() -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.01, collective="auto")
+    schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    clock = VirtualClock({i: DEVICE for i in range(3)}, schedule)
+    strategy = build_strategy(settings, clock, layout)
+    rounds = 120
+    strategy.start(
+        grid=InProcessGrid(settings),  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=rounds,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    k, d = topk_count(layout.size, 0.01), layout.size
+    agree, flips = 0, 0
+    previous = None
+    for r in range(3, rounds + 1):
+        stats = strategy.stats[r]
+        true_links = list(schedule.profiles(r, {i: DEVICE for i in range(3)}).values())
+        compute = [16 / DEVICE.compute_samples_per_s] * 3
+        union = min(d, 3 * k)
+        best = (
+            "allgather"
+            if star_allgather_topk_s(true_links, compute, k, union, d)
+            <= star_allreduce_topk_s(true_links, compute, k, d)
+            else "allreduce"
+        )
+        agree += stats.collective == best
+        flips += previous is not None and stats.collective != previous
+        previous = stats.collective
+        assert stats.predicted_allgather_s is not None and stats.predicted_allreduce_s is not None
+        assert stats.estimated_links is not None and len(stats.estimated_links) == 3
+    print(f"auto agreed with the true-link models in {agree}/{rounds - 2} rounds, {flips} flips")
+    assert flips >= 2  # C1-edge has regimes that favour each mode
+    assert agree >= 0.9 * (rounds - 2)
