@@ -22,6 +22,7 @@ STRATEGIES = ("dense", "topk")
 COLLECTIVES = ("allgather", "allreduce", "auto")
 LEADERS = ("star", "var")
 INDEX_POLICIES = ("leader", "global")
+TOPOLOGIES = ("star", "ring", "tree")
 PARTITIONERS = ("iid", "dirichlet", "labels")
 MODELS = ("mlp", "cnn")
 
@@ -87,6 +88,9 @@ class Settings:
     learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")
     devices_file: str = _spec(doc="TOML file of device presets and mixes (relative to the app)")
     device_mix: str = _spec(doc="name of the device mix assigned across clients")
+    topology: str = _spec(
+        choices=TOPOLOGIES, doc="what the virtual clock charges: star (Flower), ring or tree"
+    )
     networks_file: str = _spec(doc="TOML file of network presets (relative to the app)")
     network: str = _spec(doc="network preset: how links change over rounds")
     round_timeout_s: float = _spec(

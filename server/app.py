@@ -56,7 +56,12 @@ def resolve_results_dir(settings: Settings) -> Path:
 
 def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> DenseStrategy:
     if settings.strategy == "dense":
-        return DenseStrategy(clock=clock, num_clients=settings.num_clients, layout=layout)
+        return DenseStrategy(
+            clock=clock,
+            num_clients=settings.num_clients,
+            layout=layout,
+            topology=settings.topology,
+        )
     return TopKStrategy(
         clock=clock,
         num_clients=settings.num_clients,
@@ -66,6 +71,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         leader=settings.leader,
         index_policy=settings.index_policy,
         round_timeout_s=settings.round_timeout_s,
+        topology=settings.topology,
     )
 
 

@@ -40,15 +40,17 @@ class ClientTiming:
 class PhaseTiming:
     name: str
     clients: Mapping[int, ClientTiming]
+    exchange_s: float = 0.0  # a peer collective charged as a whole (ring or tree topology)
 
     @property
     def duration_s(self) -> float:
-        return max((t.total_s for t in self.clients.values()), default=0.0)
+        return max((t.total_s for t in self.clients.values()), default=0.0) + self.exchange_s
 
     @property
     def comm_s(self) -> float:
         """The phase's time with compute left out: its slowest transfers."""
-        return max((t.download_s + t.upload_s for t in self.clients.values()), default=0.0)
+        slowest = max((t.download_s + t.upload_s for t in self.clients.values()), default=0.0)
+        return slowest + self.exchange_s
 
 
 def transfer_s(num_bytes: int, bytes_per_s: float, latency_s: float) -> float:
@@ -90,6 +92,23 @@ class VirtualClock:
 
     def phase(self, name: str, works: Sequence[ClientWork]) -> PhaseTiming:
         return PhaseTiming(name=name, clients={w.client: self.client_timing(w) for w in works})
+
+    def peer_phases(self, works: Sequence[ClientWork], exchange_s: float) -> list[PhaseTiming]:
+        """A round on a ring or tree: every client computes, then the peer exchange runs."""
+        compute = {
+            w.client: ClientTiming(
+                0.0, w.samples / self.profile(w.client).compute_samples_per_s, 0.0
+            )
+            for w in works
+        }
+        return [PhaseTiming("compute", compute), PhaseTiming("exchange", {}, exchange_s)]
+
+    def slowest_link(self, clients: Sequence[int]) -> tuple[float, float]:
+        """(largest latency, smallest bandwidth in either direction) among ``clients``."""
+        profiles = [self.profile(c) for c in clients]
+        latency = max(p.latency_s for p in profiles)
+        bandwidth = min(min(p.uplink_bytes_per_s, p.downlink_bytes_per_s) for p in profiles)
+        return latency, bandwidth
 
     def advance(self, phases: Sequence[PhaseTiming]) -> float:
         """Add one round made of ``phases``; return its duration in seconds."""

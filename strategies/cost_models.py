@@ -188,3 +188,26 @@ def star_allreduce_topk_s(
         _transfer(link, idx + ov, False) + _transfer(link, 4 * k + ov, True) for link in links
     )
     return train + indices + values
+
+
+# --- ring and tree topologies: the exchange as the paper's peer collectives would run it ------
+
+TOPOLOGIES = ("star", "ring", "tree")
+_PEER_EXCHANGES: dict[tuple[str, str], Callable[[int, float, float, Link], float]] = {
+    ("ring", "dense"): lambda n, m, c, link: ring_allreduce(n, m, link),
+    ("tree", "dense"): lambda n, m, c, link: tree_allreduce(n, m, link),
+    ("ring", "allgather"): allgather_topk,
+    ("tree", "allgather"): allgather_topk,
+    ("ring", "allreduce"): artopk_ring,
+    ("tree", "allreduce"): artopk_tree,
+}
+
+
+def peer_exchange_s(
+    topology: str, collective: str, n: int, model_bytes: float, ratio: float, link: Link
+) -> float:
+    """Seconds of one round's exchange on a ring or tree for a dense or Top-k collective."""
+    key = (topology, collective)
+    if key not in _PEER_EXCHANGES:
+        raise ValueError(f"no peer cost model for topology {topology!r} and {collective!r}")
+    return _PEER_EXCHANGES[key](n, model_bytes, ratio, link)

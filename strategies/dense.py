@@ -8,7 +8,7 @@ applies them to the global model and advances the virtual clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Any
@@ -21,8 +21,9 @@ from flwr.serverapp.strategy import FedAvg
 from numpy.typing import NDArray
 
 from common.params import Layout
-from server.clock import ClientWork, VirtualClock
+from server.clock import ClientWork, PhaseTiming, VirtualClock
 from strategies.aggregate import weighted_average
+from strategies.cost_models import TOPOLOGIES, Link, peer_exchange_s
 from strategies.protocol import (
     ARRAYS_KEY,
     CONFIG_KEY,
@@ -123,7 +124,12 @@ def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientR
 class DenseStrategy(FedAvg):
     """Synchronous distributed SGD: every client, every round, full updates both ways."""
 
-    def __init__(self, *, clock: VirtualClock, num_clients: int, layout: Layout) -> None:
+    def __init__(
+        self, *, clock: VirtualClock, num_clients: int, layout: Layout, topology: str = "star"
+    ) -> None:
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology = {topology!r}; allowed values: {', '.join(TOPOLOGIES)}")
+        self.topology = topology
         super().__init__(
             fraction_train=1.0,
             fraction_evaluate=0.0,  # evaluation is centralized at the server
@@ -139,6 +145,44 @@ class DenseStrategy(FedAvg):
         self.stats: dict[int, RoundStats] = {}
         self._global: NDArray[np.float32] | None = None
         self._bytes_down: dict[int, int] = {}
+
+    def _charged(
+        self,
+        star: list[PhaseTiming],
+        train_works: Sequence[ClientWork],
+        collective: str,
+        ratio: float,
+    ) -> list[PhaseTiming]:
+        """What the clock charges: Flower's star exchanges, or the ring/tree peer collective."""
+        if self.topology == "star" or not train_works:
+            return star
+        latency, bandwidth = self.clock.slowest_link([w.client for w in train_works])
+        seconds = peer_exchange_s(
+            self.topology,
+            collective,
+            len(train_works),
+            4 * self.layout.size,
+            ratio,
+            Link.from_bandwidth(latency, bandwidth),
+        )
+        return self.clock.peer_phases(train_works, seconds)
+
+    @staticmethod
+    def _peer_rows(
+        charged: Sequence[PhaseTiming], star_rows: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Phase records on a ring or tree: compute, then one exchange carrying all the bytes."""
+        return [
+            {"name": t.name, "duration_s": t.duration_s, "bytes_up": 0, "bytes_down": 0}
+            for t in charged[:-1]
+        ] + [
+            {
+                "name": charged[-1].name,
+                "duration_s": charged[-1].duration_s,
+                "bytes_up": sum(r["bytes_up"] for r in star_rows),
+                "bytes_down": sum(r["bytes_down"] for r in star_rows),
+            }
+        ]
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -204,7 +248,8 @@ class DenseStrategy(FedAvg):
             for r in accepted
         ]
         phase = self.clock.phase("train", works)
-        duration = self.clock.advance([phase])
+        charged = self._charged([phase], works, "dense", 1.0)
+        duration = self.clock.advance(charged)
         weights = [r.num_examples for r in accepted]
         losses = [r.train_loss for r in accepted]
         loss = float(np.average(losses, weights=weights)) if accepted else math.nan
@@ -218,9 +263,13 @@ class DenseStrategy(FedAvg):
             bytes_down=bytes_down,
             num_clients=len(accepted),
             train_loss=loss,
-            comm_time_s=phase.comm_s,
+            comm_time_s=sum(t.comm_s for t in charged),
             refused=refused,
-            phases=[
+            phases=self._peer_rows(
+                charged, [{"name": "train", "bytes_up": bytes_up, "bytes_down": bytes_down}]
+            )
+            if charged[0] is not phase
+            else [
                 {
                     "name": phase.name,
                     "duration_s": phase.duration_s,

@@ -45,7 +45,12 @@ from strategies.codec import (
     topk_count,
     values_record,
 )
-from strategies.cost_models import star_allgather_topk_s, star_allreduce_topk_s
+from strategies.cost_models import (
+    Link,
+    peer_exchange_s,
+    star_allgather_topk_s,
+    star_allreduce_topk_s,
+)
 from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
 from strategies.link_estimator import DOWN, UP, LinkEstimator
 from strategies.protocol import (
@@ -99,6 +104,7 @@ class TopKStrategy(DenseStrategy):
         leader: str = "star",
         index_policy: str = "leader",
         round_timeout_s: float = 600.0,
+        topology: str = "star",
     ) -> None:
         for name, value, allowed in (
             ("collective", collective, COLLECTIVES),
@@ -107,7 +113,7 @@ class TopKStrategy(DenseStrategy):
         ):
             if value not in allowed:
                 raise ValueError(f"{name} = {value!r}; allowed values: {', '.join(allowed)}")
-        super().__init__(clock=clock, num_clients=num_clients, layout=layout)
+        super().__init__(clock=clock, num_clients=num_clients, layout=layout, topology=topology)
         self.compression_ratio = compression_ratio
         self.k = topk_count(layout.size, compression_ratio)
         self.collective = collective
@@ -192,8 +198,17 @@ class TopKStrategy(DenseStrategy):
         compute = [self._compute_s.get(c, 0.0) for c in range(self.num_clients)]
         size, k = self.layout.size, self.k
         union = min(size, math.ceil(self._union_fraction * self.num_clients * k))
-        allgather = star_allgather_topk_s(known, compute, k, union, size)
-        allreduce = star_allreduce_topk_s(known, compute, k, size)
+        if self.topology == "star":
+            allgather = star_allgather_topk_s(known, compute, k, union, size)
+            allreduce = star_allreduce_topk_s(known, compute, k, size)
+        else:  # the peer collectives see the slowest link
+            link = Link.from_bandwidth(
+                max(e.latency_s for e in known),
+                min(min(e.uplink_bytes_per_s, e.downlink_bytes_per_s) for e in known),
+            )
+            model_bytes, n, c = 4 * size, self.num_clients, self.compression_ratio
+            allgather = peer_exchange_s(self.topology, "allgather", n, model_bytes, c, link)
+            allreduce = peer_exchange_s(self.topology, "allreduce", n, model_bytes, c, link)
         self._predicted = (allgather, allreduce)
         return "allgather" if allgather <= allreduce else "allreduce"
 
@@ -440,7 +455,8 @@ class TopKStrategy(DenseStrategy):
         aggregate_s: float,
     ) -> None:
         timings: list[PhaseTiming] = [self.clock.phase(name, works) for name, works in phases]
-        duration = self.clock.advance(timings)
+        charged = self._charged(timings, phases[0][1], self._mode, self.compression_ratio)
+        duration = self.clock.advance(charged)
         for (name, works), timing in zip(phases, timings, strict=True):
             for work in works:
                 t = timing.clients[work.client]
@@ -463,6 +479,8 @@ class TopKStrategy(DenseStrategy):
                     "bytes_down": down,
                 }
             )
+        if charged is not timings:
+            phase_rows = self._peer_rows(charged, phase_rows)
         weights = [p.num_examples for p in participants]
         loss = (
             float(np.average([p.train_loss for p in participants], weights=weights))
@@ -483,7 +501,7 @@ class TopKStrategy(DenseStrategy):
             phases=phase_rows,
             compress_s=max((p.compress_s for p in participants), default=0.0),
             aggregate_s=aggregate_s,
-            comm_time_s=sum(t.comm_s for t in timings),
+            comm_time_s=sum(t.comm_s for t in charged),
             predicted_allgather_s=self._predicted[0],
             predicted_allreduce_s=self._predicted[1],
             estimated_links=self._estimated_links() if self.collective == "auto" else None,

@@ -1,0 +1,65 @@
+"""ring and tree topologies change only the charged time, never the model."""
+
+import numpy as np
+import pytest
+
+from common.data import DIGITS_SPEC
+from common.models import build_model
+from common.params import Layout, model_to_vector
+from server.app import build_strategy
+from server.clock import VirtualClock
+from server.devices import DeviceProfile
+from strategies.cost_models import Link, artopk_tree, ring_allreduce
+from strategies.dense import train_config_record
+from tests.federation import InProcessGrid
+from tests.strategies.test_topk_federation import _settings
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+FAST = DeviceProfile("fast", 1000.0, 4e6, 8e6, 0.002)
+SLOW = DeviceProfile("slow", 500.0, 1e6, 2e6, 0.02)
+
+
+def _run(**overrides: object):  # type: ignore[no-untyped-def]
+    settings = _settings(**overrides)
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    strategy = build_strategy(settings, VirtualClock({0: FAST, 1: SLOW, 2: FAST}), layout)
+    result = strategy.start(
+        grid=InProcessGrid(settings),  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=2,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    return layout.flatten(result.arrays), strategy, layout.size
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"strategy": "dense"},
+        {"strategy": "topk", "collective": "allreduce", "compression_ratio": 0.05},
+    ],
+)
+def test_same_model_different_charged_time(overrides: dict[str, object]) -> None:
+    star, star_strategy, _ = _run(topology="star", **overrides)
+    for topology in ("ring", "tree"):
+        peer, strategy, _ = _run(topology=topology, **overrides)
+        np.testing.assert_array_equal(peer, star)
+        assert strategy.stats[2].bytes_up == star_strategy.stats[2].bytes_up
+        assert strategy.stats[2].round_time_s != star_strategy.stats[2].round_time_s
+        assert [p["name"] for p in strategy.stats[2].phases] == ["compute", "exchange"]
+
+
+def test_ring_and_tree_charge_the_papers_formulas_at_the_slowest_link() -> None:
+    slowest = Link.from_bandwidth(latency_s=0.02, bytes_per_s=1e6)
+    compute = 16 / 500.0  # the slow device computes 16 samples
+    _, dense_ring, d = _run(strategy="dense", topology="ring")
+    assert dense_ring.stats[1].round_time_s == pytest.approx(
+        compute + ring_allreduce(3, 4 * d, slowest)
+    )
+    _, topk_tree, d = _run(
+        strategy="topk", collective="allreduce", compression_ratio=0.05, topology="tree"
+    )
+    assert topk_tree.stats[1].round_time_s == pytest.approx(
+        compute + artopk_tree(3, 4 * d, 0.05, slowest)
+    )
