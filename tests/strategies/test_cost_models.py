@@ -66,3 +66,30 @@ def test_bad_inputs_are_refused() -> None:
         Link(-1.0, 1.0)
     with pytest.raises(ValueError, match="at least one worker"):
         cm.star(0, 10, LINK)
+
+
+def test_star_topk_modes_by_hand() -> None:
+    from strategies.codec import index_nbytes
+    from strategies.cost_models import (
+        MESSAGE_OVERHEAD_BYTES as OV,
+    )
+    from strategies.cost_models import (
+        star_allgather_topk_s,
+        star_allreduce_topk_s,
+    )
+    from strategies.link_estimator import LinkEstimate
+
+    fast = LinkEstimate(latency_s=0.001, uplink_bytes_per_s=1e6, downlink_bytes_per_s=2e6)
+    slow = LinkEstimate(latency_s=0.05, uplink_bytes_per_s=1e5, downlink_bytes_per_s=2e5)
+    d, k, union = 50_000, 500, 1200
+    idx_k, idx_u = index_nbytes(k, d), index_nbytes(union, d)
+    assert idx_k == 2000 and idx_u == 4800
+    # Allgather: slowest of (down union update + compute + up TopK).
+    expected = 0.05 + (4 * union + idx_u + OV) / 2e5 + 0.2 + 0.05 + (4 * k + idx_k + OV) / 1e5
+    assert star_allgather_topk_s([fast, slow], [0.1, 0.2], k, union, d) == pytest.approx(expected)
+    # Allreduce: train + indices + values phases, each at its slowest client.
+    train = 0.05 + (4 * k + idx_k + OV) / 2e5 + 0.2 + 0.05 + OV / 1e5
+    indices = 0.05 + OV / 2e5 + 0.05 + (idx_k + OV) / 1e5
+    values = 0.05 + (idx_k + OV) / 2e5 + 0.05 + (4 * k + OV) / 1e5
+    got = star_allreduce_topk_s([fast, slow], [0.1, 0.2], k, d)
+    assert got == pytest.approx(train + indices + values)
