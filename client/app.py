@@ -10,6 +10,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from client.compression import (
+    ErrorFeedback,
     apply_model,
     compress_topk,
     hold_compensated,
@@ -27,6 +28,7 @@ from strategies.protocol import (
     ARRAYS_KEY,
     COMPRESS_S,
     CONFIG_KEY,
+    GAIN_GRID,
     INDEX_SET_KEY,
     INDICES_ACTION,
     METRICS_KEY,
@@ -37,6 +39,7 @@ from strategies.protocol import (
     TRAIN_LOSS,
     VALUES_ACTION,
 )
+from strategies.ratio_scheduler import DEFAULT_GAIN_GRID, gain_curve
 
 LOCAL_DATA_KEY = "local-data"
 
@@ -118,6 +121,9 @@ def train(msg: Message, context: Context) -> Message:
         }
     )
     content = RecordDict({METRICS_KEY: metrics})
+    if config.get("report-gain", False):  # before compression moves the residual
+        residual = ErrorFeedback.from_state(context.state, result.update.size).residual
+        metrics[GAIN_GRID] = gain_curve(result.update + residual, DEFAULT_GAIN_GRID)
     if config["collective"] == "allgather":
         sparse, _ = compress_topk(context.state, result.update, k)
         content[SPARSE_KEY] = sparse.to_record()

@@ -23,6 +23,8 @@ COLLECTIVES = ("allgather", "allreduce", "auto")
 LEADERS = ("star", "var")
 INDEX_POLICIES = ("leader", "global")
 TOPOLOGIES = ("star", "ring", "tree")
+CR_SCHEDULES = ("fixed", "nsga2")
+CR_SELECTIONS = ("knee", "asf")
 PARTITIONERS = ("iid", "dirichlet", "labels")
 MODELS = ("mlp", "cnn")
 
@@ -88,6 +90,20 @@ class Settings:
     learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")
     devices_file: str = _spec(doc="TOML file of device presets and mixes (relative to the app)")
     device_mix: str = _spec(doc="name of the device mix assigned across clients")
+    cr_schedule: str = _spec(choices=CR_SCHEDULES, doc="topk: fixed ratio or NSGA-II schedule")
+    cr_min: float = _spec(minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="nsga2: lowest c")
+    cr_max: float = _spec(minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="nsga2: highest c")
+    cr_warmup_rounds: int = _spec(minimum=0, doc="nsga2: rounds at compression-ratio first")
+    cr_population: int = _spec(minimum=4, doc="nsga2: population size")
+    cr_generations: int = _spec(minimum=1, doc="nsga2: generations")
+    cr_selection: str = _spec(choices=CR_SELECTIONS, doc="nsga2: knee point or ASF weights")
+    cr_weight_time: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_minimum=True,
+        exclusive_maximum=True,
+        doc="nsga2 asf: weight on time (the rest on gain)",
+    )
     topology: str = _spec(
         choices=TOPOLOGIES, doc="what the virtual clock charges: star (Flower), ring or tree"
     )

@@ -20,6 +20,7 @@ from server.evaluation import evaluate
 from server.network import load_schedule
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.dense import DenseStrategy, train_config_record
+from strategies.ratio_scheduler import Nsga2Schedule
 from strategies.topk_strategy import TopKStrategy
 
 app = ServerApp()
@@ -72,6 +73,19 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         index_policy=settings.index_policy,
         round_timeout_s=settings.round_timeout_s,
         topology=settings.topology,
+        schedule=None
+        if settings.cr_schedule == "fixed"
+        else Nsga2Schedule(
+            initial_ratio=settings.compression_ratio,
+            cr_min=settings.cr_min,
+            cr_max=settings.cr_max,
+            warmup_rounds=settings.cr_warmup_rounds,
+            population=settings.cr_population,
+            generations=settings.cr_generations,
+            seed=settings.seed,
+            selection=settings.cr_selection,
+            weight_time=settings.cr_weight_time,
+        ),
     )
 
 

@@ -56,6 +56,7 @@ class RoundStats:
     predicted_allgather_s: float | None = None  # collective = "auto": its predictions
     predicted_allreduce_s: float | None = None
     estimated_links: dict[str, list[float]] | None = None
+    ratio_solve: dict[str, Any] | None = None  # cr-schedule = nsga2: the solve of this round
 
 
 @dataclass(frozen=True)

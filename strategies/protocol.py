@@ -17,6 +17,7 @@ PARTITION_ID = "partition-id"
 TRAIN_LOSS = "train-loss"
 COMPRESS_S = "compress-s"
 TOPK_NORM2 = "topk-norm2"
+GAIN_GRID = "gain-grid"  # compression gain at each ratio of the scheduler's grid
 
 # Message actions inside one Top-k round (Flower message types "train", "train.<action>")
 INDICES_ACTION = "indices"

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -165,3 +166,132 @@ def _knee(normalised: NDArray[np.float64]) -> int:
         direction[0] * (normalised[:, 1] - a[1]) - direction[1] * (normalised[:, 0] - a[0])
     )
     return int(np.argmax(distance / length))
+
+
+# --- the schedule the strategy asks for each round's ratio ----------------------------------
+
+LINK_CHANGE = 0.25  # re-solve when the estimated links moved by more than this (relative)
+GAIN_DRIFT = 0.10  # re-solve when the smoothed gain at the current ratio drifted by this
+
+
+class _Link(Protocol):
+    @property
+    def latency_s(self) -> float: ...
+    @property
+    def uplink_bytes_per_s(self) -> float: ...
+    @property
+    def downlink_bytes_per_s(self) -> float: ...
+
+
+def _link_change(old: Sequence[_Link], new: Sequence[_Link]) -> float:
+    """Median over clients of the largest relative change of latency or a bandwidth."""
+    changes = []
+    for a, b in zip(old, new, strict=True):
+        pairs = (
+            (a.latency_s, b.latency_s),
+            (a.uplink_bytes_per_s, b.uplink_bytes_per_s),
+            (a.downlink_bytes_per_s, b.downlink_bytes_per_s),
+        )
+        changes.append(max(abs(y / x - 1.0) if x > 0 else math.inf for x, y in pairs))
+    return float(np.median(changes))
+
+
+@dataclass(frozen=True)
+class SolveRecord:
+    round: int
+    reason: str
+    front_size: int
+    ratio: float
+    parallel_efficiency: float
+    gain: float
+    solve_s: float  # wall clock
+
+
+class Nsga2Schedule:
+    """Fixed ratio during warm-up, then NSGA-II whenever links or gains have moved enough."""
+
+    def __init__(
+        self,
+        *,
+        initial_ratio: float,
+        cr_min: float,
+        cr_max: float,
+        warmup_rounds: int,
+        population: int,
+        generations: int,
+        seed: int,
+        selection: str,
+        weight_time: float,
+    ) -> None:
+        if not 0 < cr_min < cr_max <= 1:
+            raise ValueError(f"need 0 < cr-min < cr-max <= 1, got {cr_min}, {cr_max}")
+        self.gain_model = GainModel()
+        self.ratio = initial_ratio
+        self.cr_min, self.cr_max = cr_min, cr_max
+        self.warmup_rounds = warmup_rounds
+        self.population, self.generations, self.seed = population, generations, seed
+        self.selection, self.weights = selection, (weight_time, 1.0 - weight_time)
+        self._links_at_solve: list[_Link] | None = None
+        self._gain_at_solve = math.nan
+        self.last_solve: SolveRecord | None = None
+
+    def observe_gains(self, gains: Sequence[Sequence[float]], weights: Sequence[float]) -> None:
+        if gains:
+            self.gain_model.observe(gains, weights)
+
+    def _reason(self, links: Sequence[_Link]) -> str | None:
+        if self._links_at_solve is None:
+            return "warm-up done"
+        if _link_change(self._links_at_solve, links) > LINK_CHANGE:
+            return "links changed"
+        gain_now = float(self.gain_model.curve()(np.array([self.ratio]))[0])
+        if abs(gain_now / self._gain_at_solve - 1.0) > GAIN_DRIFT:
+            return "gain drifted"
+        return None
+
+    def ratio_for(
+        self,
+        server_round: int,
+        round_time_at: Callable[[float], float | None],
+        compute_s: float,
+        links: Sequence[_Link] | None,
+    ) -> float:
+        """This round's ratio; solves again only when a trigger fires (``last_solve`` says)."""
+        self.last_solve = None
+        if server_round <= self.warmup_rounds or self.gain_model.smoothed is None:
+            return self.ratio
+        if links is None or compute_s <= 0 or round_time_at(self.ratio) is None:
+            return self.ratio
+        reason = self._reason(links)
+        if reason is None:
+            return self.ratio
+
+        def parallel_efficiency(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.array(
+                [compute_s / float(round_time_at(float(c)) or math.inf) for c in ratios]
+            )
+
+        problem = RatioProblem(
+            parallel_efficiency, self.gain_model.curve(), self.cr_min, self.cr_max
+        )
+        solution = solve(
+            problem,
+            population=self.population,
+            generations=self.generations,
+            seed=self.seed,
+            selection=self.selection,
+            weights=self.weights,
+        )
+        self.ratio = solution.ratio
+        self._links_at_solve = list(links)
+        self._gain_at_solve = solution.gain
+        self.last_solve = SolveRecord(
+            round=server_round,
+            reason=reason,
+            front_size=solution.front_size,
+            ratio=solution.ratio,
+            parallel_efficiency=solution.parallel_efficiency,
+            gain=solution.gain,
+            solve_s=solution.solve_s,
+        )
+        return self.ratio

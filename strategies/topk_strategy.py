@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from logging import WARNING
 from typing import Any
 
@@ -57,6 +57,7 @@ from strategies.protocol import (
     COMPRESS_S,
     CONFIG_KEY,
     DELTA_KEY,
+    GAIN_GRID,
     INDEX_SET_KEY,
     INDICES_ACTION,
     METRICS_KEY,
@@ -65,6 +66,7 @@ from strategies.protocol import (
     TOPK_NORM2,
     VALUES_ACTION,
 )
+from strategies.ratio_scheduler import Nsga2Schedule
 from strategies.topk import topk_indices
 from strategies.wire import content_nbytes
 
@@ -81,6 +83,18 @@ class Participant:
     norm2: float = math.nan
     sparse: Sparse | None = None  # allgather: its TopK(e)
     values: NDArray[np.float32] | None = None  # allreduce: e[I]
+    gains: list[float] | None = None  # cr-schedule = nsga2: gain at each grid ratio
+
+
+def _gains(content: RecordDict, count: int) -> list[float]:
+    gains = content.metric_records[METRICS_KEY].get(GAIN_GRID)
+    if (
+        not isinstance(gains, list)
+        or len(gains) != count
+        or not all(isinstance(g, float) and 0.0 < g <= 1.0 for g in gains)
+    ):
+        raise ValueError(f"gain-grid must be {count} numbers in (0, 1], got {gains!r}")
+    return [float(g) for g in gains]
 
 
 def _compress_s(content: RecordDict) -> float:
@@ -105,6 +119,7 @@ class TopKStrategy(DenseStrategy):
         index_policy: str = "leader",
         round_timeout_s: float = 600.0,
         topology: str = "star",
+        schedule: Nsga2Schedule | None = None,
     ) -> None:
         for name, value, allowed in (
             ("collective", collective, COLLECTIVES),
@@ -127,16 +142,14 @@ class TopKStrategy(DenseStrategy):
         self._grid: Grid | None = None
         self._config = ConfigRecord()
         self._round_index_set: NDArray[np.int64] | None = None
-        self._last_scores: dict[int, float] = {}
+        self._last_scores: dict[int, float] = {}  # node id → ||TopK(e)||² (VAR), for tests
         # collective = "auto": the mode of this round, and what it is chosen from
         self._mode = "allreduce" if collective == "auto" else collective
         self.estimator = LinkEstimator(window=48)
         self._union_fraction = 1.0  # last Allgather union size / (N·k)
         self._compute_s: dict[int, float] = {}  # last virtual compute time per client
-        self._predicted: tuple[float | None, float | None] = (
-            None,
-            None,
-        )  # node id → ||TopK(e)||² (VAR), for records
+        self._predicted: tuple[float | None, float | None] = (None, None)
+        self.schedule = schedule  # None: the ratio stays compression-ratio
 
     # --- instructions -----------------------------------------------------------------------
 
@@ -153,6 +166,16 @@ class TopKStrategy(DenseStrategy):
     ) -> Iterable[Message]:
         self._grid = grid
         self.clock.begin_round(server_round)
+        if self.schedule is not None:
+            links = [self.estimator.estimate(c) for c in range(self.num_clients)]
+            known = [link for link in links if link is not None]
+            self.compression_ratio = self.schedule.ratio_for(
+                server_round,
+                self._round_time_at,
+                self.compute_s(),
+                known if len(known) == self.num_clients else None,
+            )
+            self.k = topk_count(self.layout.size, self.compression_ratio)
         if self.collective == "auto":
             self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
@@ -164,6 +187,7 @@ class TopKStrategy(DenseStrategy):
                 "model-version": self._version,
                 "compression-ratio": self.compression_ratio,
                 "collective": self._mode,
+                "report-gain": self.schedule is not None,
             }
         )
         self._round_index_set = None
@@ -187,30 +211,54 @@ class TopKStrategy(DenseStrategy):
 
     def _choose_mode(self, server_round: int) -> str:
         """The cheaper collective by the predicted round time; rounds 1 and 2 try both."""
+        self._predicted = (None, None)
         if server_round <= 2:
-            self._predicted = (None, None)
             return "allreduce" if server_round == 1 else "allgather"
-        links = [self.estimator.estimate(c) for c in range(self.num_clients)]
-        if any(link is None for link in links):
-            self._predicted = (None, None)
+        predicted = self.predict_round_s(self.compression_ratio)
+        if predicted is None:
             return self._mode
+        self._predicted = predicted
+        return "allgather" if predicted[0] <= predicted[1] else "allreduce"
+
+    def predict_round_s(self, ratio: float) -> tuple[float, float] | None:
+        """Predicted round time (Allgather, Allreduce) at ``ratio`` from the estimated links."""
+        links = [self.estimator.estimate(c) for c in range(self.num_clients)]
         known = [link for link in links if link is not None]
+        if len(known) < self.num_clients:
+            return None
         compute = [self._compute_s.get(c, 0.0) for c in range(self.num_clients)]
-        size, k = self.layout.size, self.k
+        size = self.layout.size
+        k = topk_count(size, ratio)
         union = min(size, math.ceil(self._union_fraction * self.num_clients * k))
         if self.topology == "star":
-            allgather = star_allgather_topk_s(known, compute, k, union, size)
-            allreduce = star_allreduce_topk_s(known, compute, k, size)
-        else:  # the peer collectives see the slowest link
-            link = Link.from_bandwidth(
-                max(e.latency_s for e in known),
-                min(min(e.uplink_bytes_per_s, e.downlink_bytes_per_s) for e in known),
+            return (
+                star_allgather_topk_s(known, compute, k, union, size),
+                star_allreduce_topk_s(known, compute, k, size),
             )
-            model_bytes, n, c = 4 * size, self.num_clients, self.compression_ratio
-            allgather = peer_exchange_s(self.topology, "allgather", n, model_bytes, c, link)
-            allreduce = peer_exchange_s(self.topology, "allreduce", n, model_bytes, c, link)
-        self._predicted = (allgather, allreduce)
-        return "allgather" if allgather <= allreduce else "allreduce"
+        link = Link.from_bandwidth(  # the peer collectives see the slowest link
+            max(e.latency_s for e in known),
+            min(min(e.uplink_bytes_per_s, e.downlink_bytes_per_s) for e in known),
+        )
+        n, model_bytes, slowest_compute = self.num_clients, 4 * size, max(compute)
+        return (
+            slowest_compute
+            + peer_exchange_s(self.topology, "allgather", n, model_bytes, ratio, link),
+            slowest_compute
+            + peer_exchange_s(self.topology, "allreduce", n, model_bytes, ratio, link),
+        )
+
+    def _round_time_at(self, ratio: float) -> float | None:
+        """Predicted round time at ``ratio`` for the collective that would run it."""
+        predicted = self.predict_round_s(ratio)
+        if predicted is None:
+            return None
+        if self.collective == "auto":
+            return min(predicted)
+        return predicted[0] if self.collective == "allgather" else predicted[1]
+
+    def compute_s(self) -> float:
+        """The slowest client's last compute time (virtual), 0 before any round."""
+        return max(self._compute_s.values(), default=0.0)
 
     def _instruction(self, payload: str) -> RecordDict:
         config = ConfigRecord(dict(self._config))
@@ -239,6 +287,11 @@ class TopKStrategy(DenseStrategy):
         replies = list(replies)
         train_phase = self._train_phase(replies, refused)
         participants = train_phase
+        if self.schedule is not None:
+            self.schedule.observe_gains(
+                [p.gains for p in train_phase if p.gains is not None],
+                [p.num_examples for p in train_phase if p.gains is not None],
+            )
         works = [
             ClientWork(p.partition_id, self._bytes_down.get(p.node_id, 0), p.num_examples, b)
             for p, b in self._bytes_up_of(train_phase, replies)
@@ -306,6 +359,8 @@ class TopKStrategy(DenseStrategy):
                     train_loss=metrics.train_loss,
                     compress_s=_compress_s(content),
                 )
+                if self.schedule is not None:
+                    p.gains = _gains(content, len(self.schedule.gain_model.grid))
                 if self._mode == "allgather":
                     p.sparse = Sparse.from_record(self._sparse(content), self.layout.size, self.k)
                 elif expects_values:
@@ -505,6 +560,11 @@ class TopKStrategy(DenseStrategy):
             predicted_allgather_s=self._predicted[0],
             predicted_allreduce_s=self._predicted[1],
             estimated_links=self._estimated_links() if self.collective == "auto" else None,
+            ratio_solve=(
+                asdict(self.schedule.last_solve)
+                if self.schedule is not None and self.schedule.last_solve is not None
+                else None
+            ),
         )
 
     def _estimated_links(self) -> dict[str, list[float]]:

@@ -56,3 +56,35 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     print(f"auto agreed with the true-link models in {agree}/{rounds - 2} rounds, {flips} flips")
     assert flips >= 2  # C1-edge has regimes that favour each mode
     assert agree >= 0.9 * (rounds - 2)
+
+
+def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> None:
+    settings = _settings(
+        strategy="topk",
+        compression_ratio=0.01,
+        collective="auto",
+        cr_schedule="nsga2",
+        cr_warmup_rounds=3,
+        cr_generations=10,
+    )
+    schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    strategy = build_strategy(
+        settings, VirtualClock({i: DEVICE for i in range(3)}, schedule), layout
+    )
+
+    strategy.start(
+        grid=InProcessGrid(settings),  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=80,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    solves = [s.ratio_solve for s in strategy.stats.values() if s.ratio_solve is not None]
+    assert solves[0]["round"] == 4 and solves[0]["reason"] == "warm-up done"
+    assert any(s["reason"] == "links changed" and 37 <= s["round"] <= 45 for s in solves)
+    ratios = {r: s.compression_ratio for r, s in strategy.stats.items()}
+    assert all(ratios[r] == 0.01 for r in (1, 2, 3))
+    assert all(0.001 <= c <= 0.1 for c in ratios.values())
+    # 1 Mbit/s from round 37 makes bytes dear: the ratio after that solve is lower.
+    assert ratios[60] < ratios[30]
