@@ -1,0 +1,77 @@
+"""Plot the ratio and collective a run chose over the rounds next to its link schedule.
+
+    .venv/bin/python -m scripts.plot_ratio_schedule RESULTS_DIR [--out FILE.png]
+
+Reads ``rounds.jsonl`` and the run's resolved configuration; the link panel shows the
+schedule's latency and bandwidth of client 0 (segments apply to every client). Writes
+``ratio_schedule.png`` in RESULTS_DIR unless ``--out`` says otherwise, and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from common.settings import PROJECT_ROOT  # noqa: E402
+from server.devices import load_catalog  # noqa: E402
+from server.network import load_schedule  # noqa: E402
+from server.records import read_rounds  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = read_rounds(args.results_dir)
+    config = json.loads((args.results_dir / "summary.json").read_text())["config"]
+    devices = load_catalog(PROJECT_ROOT / config["devices-file"]).assign(
+        config["device-mix"], config["num-clients"]
+    )
+    schedule = load_schedule(
+        PROJECT_ROOT / config["networks-file"],
+        config["network"],
+        config["num-clients"],
+        config["seed"],
+    )
+    rounds = [r["round"] for r in rows]
+    links = [schedule.profiles(r, devices)[0] for r in rounds]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    colours = {"allgather": "tab:blue", "allreduce": "tab:orange"}
+    for mode, colour in colours.items():
+        xs = [r["round"] for r in rows if r["collective"] == mode]
+        ys = [r["compression_ratio"] for r in rows if r["collective"] == mode]
+        top.scatter(xs, ys, s=8, color=colour, label=mode)
+    top.set_yscale("log")
+    top.set_ylabel("compression ratio c")
+    top.legend(loc="upper right")
+    top.set_title(f"{config['network']}: ratio and collective per round")
+    bottom.plot(rounds, [p.latency_s * 1e3 for p in links], color="tab:red", label="latency (ms)")
+    bottom.set_ylabel("latency (ms)", color="tab:red")
+    twin = bottom.twinx()
+    twin.plot(rounds, [p.uplink_bytes_per_s * 8e-6 for p in links], color="tab:green")
+    twin.set_ylabel("bandwidth (Mbit/s)", color="tab:green")
+    bottom.set_xlabel("round")
+    fig.tight_layout()
+    out = args.out or args.results_dir / "ratio_schedule.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {out}")
+    segment_start, previous = rows[0]["round"], None
+    for row in rows + [None]:
+        key = None if row is None else (row["compression_ratio"], row["collective"])
+        if previous is not None and key != previous:
+            end = rows[-1]["round"] if row is None else row["round"] - 1
+            print(f"rounds {segment_start:>3}-{end:>3}: c = {previous[0]:.4g}, {previous[1]}")
+            segment_start = 0 if row is None else row["round"]
+        previous = key
+
+
+if __name__ == "__main__":
+    main()
