@@ -146,7 +146,9 @@ MESSAGE_OVERHEAD_BYTES = (
 )
 
 
-class _Link(Protocol):
+class LinkLike(Protocol):
+    """Anything with a latency and two bandwidths (an estimate, a scheduled link)."""
+
     @property
     def latency_s(self) -> float: ...
     @property
@@ -155,13 +157,13 @@ class _Link(Protocol):
     def downlink_bytes_per_s(self) -> float: ...
 
 
-def _transfer(link: _Link, nbytes: float, up: bool) -> float:
+def _transfer(link: LinkLike, nbytes: float, up: bool) -> float:
     rate = link.uplink_bytes_per_s if up else link.downlink_bytes_per_s
     return link.latency_s + nbytes / rate
 
 
 def star_allgather_topk_s(
-    links: Sequence[_Link], compute_s: Sequence[float], k: int, union: int, size: int
+    links: Sequence[LinkLike], compute_s: Sequence[float], k: int, union: int, size: int
 ) -> float:
     """One phase: down the last union update (4u + index bytes), compute, up TopK(e)."""
     down = 4 * union + index_nbytes(union, size) + MESSAGE_OVERHEAD_BYTES
@@ -173,7 +175,7 @@ def star_allgather_topk_s(
 
 
 def star_allreduce_topk_s(
-    links: Sequence[_Link], compute_s: Sequence[float], k: int, size: int
+    links: Sequence[LinkLike], compute_s: Sequence[float], k: int, size: int
 ) -> float:
     """Three phases: train (down k-sparse update, up metrics), indices (the leader: up the index
     set; the slowest client is assumed to lead), values (down the index set, up k values)."""

@@ -16,7 +16,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +25,8 @@ from pymoo.decomposition.asf import ASF
 from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
 from pymoo.optimize import minimize
+
+from strategies.cost_models import LinkLike
 
 DEFAULT_GAIN_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -174,16 +175,7 @@ LINK_CHANGE = 0.25  # re-solve when the estimated links moved by more than this 
 GAIN_DRIFT = 0.10  # re-solve when the smoothed gain at the current ratio drifted by this
 
 
-class _Link(Protocol):
-    @property
-    def latency_s(self) -> float: ...
-    @property
-    def uplink_bytes_per_s(self) -> float: ...
-    @property
-    def downlink_bytes_per_s(self) -> float: ...
-
-
-def _link_change(old: Sequence[_Link], new: Sequence[_Link]) -> float:
+def _link_change(old: Sequence[LinkLike], new: Sequence[LinkLike]) -> float:
     """Median over clients of the largest relative change of latency or a bandwidth."""
     changes = []
     for a, b in zip(old, new, strict=True):
@@ -231,7 +223,7 @@ class Nsga2Schedule:
         self.warmup_rounds = warmup_rounds
         self.population, self.generations, self.seed = population, generations, seed
         self.selection, self.weights = selection, (weight_time, 1.0 - weight_time)
-        self._links_at_solve: list[_Link] | None = None
+        self._links_at_solve: list[LinkLike] | None = None
         self._gain_at_solve = math.nan
         self.last_solve: SolveRecord | None = None
 
@@ -239,7 +231,7 @@ class Nsga2Schedule:
         if gains:
             self.gain_model.observe(gains, weights)
 
-    def _reason(self, links: Sequence[_Link]) -> str | None:
+    def _reason(self, links: Sequence[LinkLike]) -> str | None:
         if self._links_at_solve is None:
             return "warm-up done"
         if _link_change(self._links_at_solve, links) > LINK_CHANGE:
@@ -254,7 +246,7 @@ class Nsga2Schedule:
         server_round: int,
         round_time_at: Callable[[float], float | None],
         compute_s: float,
-        links: Sequence[_Link] | None,
+        links: Sequence[LinkLike] | None,
     ) -> float:
         """This round's ratio; solves again only when a trigger fires (``last_solve`` says)."""
         self.last_solve = None
