@@ -64,7 +64,8 @@ class DeviceCatalog:
         return {i: self.presets[names[i % len(names)]] for i in range(num_clients)}
 
 
-def _line_of(text: str, header: str) -> int:
+def line_of(text: str, header: str) -> int:
+    """1-based line of a TOML table header in ``text`` (0 if absent), for error messages."""
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip() == header:
             return number
@@ -85,12 +86,12 @@ def load_catalog(path: Path) -> DeviceCatalog:
     if unknown_tables:
         raise DeviceConfigError(f"{path}: unknown table(s) {unknown_tables}; allowed: preset, mix")
     presets = {
-        name: _preset(path, name, fields, _line_of(text, f"[preset.{name}]"))
+        name: _preset(path, name, fields, line_of(text, f"[preset.{name}]"))
         for name, fields in data.get("preset", {}).items()
     }
     mixes: dict[str, tuple[str, ...]] = {}
     for name, fields in data.get("mix", {}).items():
-        where = f"{path}:{_line_of(text, f'[mix.{name}]')}: mix {name!r}"
+        where = f"{path}:{line_of(text, f'[mix.{name}]')}: mix {name!r}"
         if set(fields) != {"presets"}:
             raise DeviceConfigError(f"{where}: needs exactly one field 'presets'")
         listed = fields["presets"]

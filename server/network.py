@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from common.settings import ConfigError
-from server.devices import MBPS, DeviceProfile
+from server.devices import MBPS, DeviceProfile, line_of
 
 KINDS = ("static", "segments", "trace")
 PRESET_FIELDS = ("kind", "description", "segments", "rounds-per-epoch", "jitter", "file")
@@ -93,13 +93,6 @@ class NetworkSchedule:
         return out
 
 
-def _line_of(text: str, header: str) -> int:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip() == header:
-            return number
-    return 0
-
-
 def _positive(where: str, field: str, value: Any, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise NetworkConfigError(f"{where}: field {field!r} must be a number, got {value!r}")
@@ -125,7 +118,7 @@ def load_schedule(
             f"network = {name!r} is not defined in {path}; allowed values: {', '.join(presets)}"
         )
     fields = presets[name]
-    where = f"{path}:{_line_of(text, f'[network.{name}]')}: network {name!r}"
+    where = f"{path}:{line_of(text, f'[network.{name}]')}: network {name!r}"
     for key in fields:
         if key not in PRESET_FIELDS:
             raise NetworkConfigError(

@@ -256,6 +256,14 @@ class DenseStrategy(FedAvg):
         loss = float(np.average(losses, weights=weights)) if accepted else math.nan
         bytes_up = sum(w.bytes_up for w in works)
         bytes_down = sum(self._bytes_down.values())
+        rows: list[dict[str, Any]] = [
+            {
+                "name": phase.name,
+                "duration_s": phase.duration_s,
+                "bytes_up": bytes_up,
+                "bytes_down": bytes_down,
+            }
+        ]
         self.stats[server_round] = RoundStats(
             round=server_round,
             virtual_time_s=self.clock.now_s,
@@ -266,18 +274,7 @@ class DenseStrategy(FedAvg):
             train_loss=loss,
             comm_time_s=sum(t.comm_s for t in charged),
             refused=refused,
-            phases=self._peer_rows(
-                charged, [{"name": "train", "bytes_up": bytes_up, "bytes_down": bytes_down}]
-            )
-            if charged[0] is not phase
-            else [
-                {
-                    "name": phase.name,
-                    "duration_s": phase.duration_s,
-                    "bytes_up": bytes_up,
-                    "bytes_down": bytes_down,
-                }
-            ],
+            phases=rows if self.topology == "star" else self._peer_rows(charged, rows),
         )
 
 

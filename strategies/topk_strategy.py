@@ -80,6 +80,7 @@ class Participant:
     num_examples: int
     train_loss: float
     compress_s: float
+    bytes_up: int  # of its training reply
     norm2: float = math.nan
     sparse: Sparse | None = None  # allgather: its TopK(e)
     values: NDArray[np.float32] | None = None  # allreduce: e[I]
@@ -193,21 +194,15 @@ class TopKStrategy(DenseStrategy):
         self._round_index_set = None
         if self._mode == "allreduce" and self.index_policy == "global":
             self._round_index_set = self._next_index_set
-        contents: dict[str, RecordDict] = {}
-        messages, self._bytes_down = [], {}
-        for node in sorted(node_ids):
-            payload = self._payload_for(node)
-            if payload not in contents:
-                contents[payload] = self._instruction(payload)
-            messages.append(
-                Message(content=contents[payload], message_type=MessageType.TRAIN, dst_node_id=node)
-            )
+        payloads = {node: self._payload_for(node) for node in sorted(node_ids)}
+        # At most three distinct contents (full, delta, current): build and measure each once.
+        contents = {p: self._instruction(p) for p in set(payloads.values())}
         sizes = {p: content_nbytes(c) for p, c in contents.items()}
-        self._bytes_down = {
-            m.metadata.dst_node_id: sizes[self._payload_for(m.metadata.dst_node_id)]
-            for m in messages
-        }
-        return messages
+        self._bytes_down = {node: sizes[p] for node, p in payloads.items()}
+        return [
+            Message(content=contents[p], message_type=MessageType.TRAIN, dst_node_id=node)
+            for node, p in payloads.items()
+        ]
 
     def _choose_mode(self, server_round: int) -> str:
         """The cheaper collective by the predicted round time; rounds 1 and 2 try both."""
@@ -293,8 +288,10 @@ class TopKStrategy(DenseStrategy):
                 [p.num_examples for p in train_phase if p.gains is not None],
             )
         works = [
-            ClientWork(p.partition_id, self._bytes_down.get(p.node_id, 0), p.num_examples, b)
-            for p, b in self._bytes_up_of(train_phase, replies)
+            ClientWork(
+                p.partition_id, self._bytes_down.get(p.node_id, 0), p.num_examples, p.bytes_up
+            )
+            for p in train_phase
         ]
         phases.append(("train", works))
         start = time.perf_counter()
@@ -329,12 +326,6 @@ class TopKStrategy(DenseStrategy):
         loss = self.stats[server_round].train_loss
         return self.layout.unflatten(self._global), MetricRecord({"train-loss": loss})
 
-    def _bytes_up_of(
-        self, participants: Sequence[Participant], replies: Sequence[Message]
-    ) -> list[tuple[Participant, int]]:
-        by_node = {m.metadata.src_node_id: m for m in replies}
-        return [(p, content_nbytes(by_node[p.node_id].content)) for p in participants]
-
     def _refuse(self, refused: list[str], node: int, phase: str, reason: object) -> None:
         log(WARNING, "Refused %s reply from node %s: %s", phase, node, reason)
         refused.append(f"node {node} ({phase}): {reason}")
@@ -358,6 +349,7 @@ class TopKStrategy(DenseStrategy):
                     num_examples=metrics.num_examples,
                     train_loss=metrics.train_loss,
                     compress_s=_compress_s(content),
+                    bytes_up=content_nbytes(content),
                 )
                 if self.schedule is not None:
                     p.gains = _gains(content, len(self.schedule.gain_model.grid))
@@ -534,7 +526,7 @@ class TopKStrategy(DenseStrategy):
                     "bytes_down": down,
                 }
             )
-        if charged is not timings:
+        if self.topology != "star":
             phase_rows = self._peer_rows(charged, phase_rows)
         weights = [p.num_examples for p in participants]
         loss = (
