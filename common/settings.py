@@ -24,7 +24,7 @@ LEADERS = ("star", "var")
 INDEX_POLICIES = ("leader", "global")
 TOPOLOGIES = ("star", "ring", "tree")
 CR_SCHEDULES = ("fixed", "nsga2")
-CR_SELECTIONS = ("knee", "asf")
+CR_SELECTIONS = ("asf", "asf-front", "knee")
 PARTITIONERS = ("iid", "dirichlet", "labels")
 MODELS = ("mlp", "cnn")
 
@@ -96,7 +96,10 @@ class Settings:
     cr_warmup_rounds: int = _spec(minimum=0, doc="nsga2: rounds at compression-ratio first")
     cr_population: int = _spec(minimum=4, doc="nsga2: population size")
     cr_generations: int = _spec(minimum=1, doc="nsga2: generations")
-    cr_selection: str = _spec(choices=CR_SELECTIONS, doc="nsga2: knee point or ASF weights")
+    cr_selection: str = _spec(
+        choices=CR_SELECTIONS,
+        doc="nsga2: ASF on the efficiencies, on the normalised front, or the knee",
+    )
     cr_weight_time: float = _spec(
         minimum=0.0,
         maximum=1.0,

@@ -85,6 +85,9 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
             seed=settings.seed,
             selection=settings.cr_selection,
             weight_time=settings.cr_weight_time,
+            collectives=("allgather", "allreduce")
+            if settings.collective == "auto"
+            else (settings.collective,),
         ),
     )
 

@@ -26,6 +26,7 @@ from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
 from pymoo.optimize import minimize
 
+from common.settings import CR_SELECTIONS
 from strategies.cost_models import LinkLike
 
 DEFAULT_GAIN_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -102,54 +103,87 @@ class RatioProblem(Problem):
 @dataclass(frozen=True)
 class Solution:
     ratio: float
+    collective: str  # the collective whose front the chosen point lies on
     parallel_efficiency: float
     gain: float
     front_size: int
     solve_s: float  # wall clock
     front: NDArray[np.float64]  # (m, 2) objective values, for checks and plots
     front_ratios: NDArray[np.float64]
+    front_collectives: tuple[str, ...]
+
+
+def _nondominated(front: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Mask of the points no other point dominates (minimisation)."""
+    no_worse = np.all(front[None, :, :] <= front[:, None, :], axis=2)
+    better = np.any(front[None, :, :] < front[:, None, :], axis=2)
+    return ~np.any(no_worse & better, axis=1)
 
 
 def solve(
-    problem: RatioProblem,
+    problem: RatioProblem | dict[str, RatioProblem],
     *,
     population: int = 40,
     offspring: int = 10,
     generations: int = 40,
     seed: int = 0,
-    selection: str = "knee",
+    selection: str = "asf",
     weights: tuple[float, float] = (0.6, 0.4),
 ) -> Solution:
-    """NSGA-II (SBX p = 0.9, η = 15; PM η = 20), then the knee or the ASF point of the front."""
-    if selection not in ("knee", "asf"):
-        raise ValueError(f"selection must be 'knee' or 'asf', got {selection!r}")
+    """NSGA-II (SBX p = 0.9, η = 15; PM η = 20) per collective, then one point of the front.
+
+    With several collectives (``collective = "auto"``) each gets its own run and the point is
+    taken from the non-dominated union of their fronts, so the choice of c and of the
+    collective is one decision.
+    ``asf``: achievement scalarisation of the objectives as they are. Both are efficiencies
+    in [0, 1] with the utopia at (0, 0), so the weights compare the same quantities from one
+    solve to the next and the choice follows the links: when bytes get dear, 1 − PE rises at
+    every c and the point moves to smaller c.
+    ``asf-front`` (the paper's): the same after normalising by the front's own ideal and nadir.
+    ``knee``: the point farthest from the line through the front's extremes.
+    The last two are scale-free: rescaling an objective (a slower link) leaves the choice where
+    it was, which is why ``asf`` is the default.
+    """
+    if selection not in CR_SELECTIONS:
+        raise ValueError(f"selection must be one of {CR_SELECTIONS}, got {selection!r}")
+    problems = problem if isinstance(problem, dict) else {"any": problem}
     start = time.perf_counter()
-    algorithm = NSGA2(
-        pop_size=population,
-        n_offsprings=offspring,
-        crossover=SBX(prob=0.9, eta=15),
-        mutation=PM(eta=20),
-        eliminate_duplicates=True,
-    )
-    result = minimize(problem, algorithm, ("n_gen", generations), seed=seed, verbose=False)
-    front = np.atleast_2d(result.F)
-    ratios = 10.0 ** np.atleast_2d(result.X)[:, 0]
-    order = np.argsort(ratios)
-    front, ratios = front[order], ratios[order]
+    fronts, ratio_parts, labels = [], [], []
+    for name, each in problems.items():
+        algorithm = NSGA2(
+            pop_size=population,
+            n_offsprings=offspring,
+            crossover=SBX(prob=0.9, eta=15),
+            mutation=PM(eta=20),
+            eliminate_duplicates=True,
+        )
+        result = minimize(each, algorithm, ("n_gen", generations), seed=seed, verbose=False)
+        fronts.append(np.atleast_2d(result.F))
+        ratio_parts.append(10.0 ** np.atleast_2d(result.X)[:, 0])
+        labels += [name] * fronts[-1].shape[0]
+    front, ratios = np.concatenate(fronts), np.concatenate(ratio_parts)
+    names = np.asarray(labels)
+    keep = _nondominated(front) if len(problems) > 1 else np.ones(len(front), dtype=bool)
+    order = np.argsort(ratios[keep], kind="stable")
+    front, ratios, names = front[keep][order], ratios[keep][order], names[keep][order]
     ideal, nadir = front.min(axis=0), front.max(axis=0)
     normalised = (front - ideal) / np.where(nadir > ideal, nadir - ideal, 1.0)
     if selection == "asf":
+        index = int(ASF().do(front, 1.0 / np.asarray(weights)).argmin())
+    elif selection == "asf-front":
         index = int(ASF().do(normalised, 1.0 / np.asarray(weights)).argmin())
     else:
         index = _knee(normalised)
     return Solution(
         ratio=float(ratios[index]),
+        collective=str(names[index]),
         parallel_efficiency=float(1.0 - front[index, 0]),
         gain=float(1.0 - front[index, 1]),
         front_size=int(front.shape[0]),
         solve_s=time.perf_counter() - start,
         front=front,
         front_ratios=ratios,
+        front_collectives=tuple(str(n) for n in names),
     )
 
 
@@ -194,13 +228,28 @@ class SolveRecord:
     reason: str
     front_size: int
     ratio: float
+    collective: str
     parallel_efficiency: float
     gain: float
     solve_s: float  # wall clock
+    shared_index_factor: float | None  # allreduce gain / own Top-k gain (None: not measured)
+    # What the solve saw, at the gain grid's ratios inside [cr-min, cr-max]:
+    grid_ratios: tuple[float, ...]
+    grid_gains: tuple[float, ...]  # smoothed, monotone gain(c) of a client's own Top-k
+    grid_round_s: dict[str, tuple[float, ...]]  # predicted round time at c per collective
+
+
+RoundTimes = Callable[[float], "tuple[float, float] | None"]  # c -> (allgather, allreduce) s
+COLLECTIVE_INDEX = {"allgather": 0, "allreduce": 1}
 
 
 class Nsga2Schedule:
-    """Fixed ratio during warm-up, then NSGA-II whenever links or gains have moved enough."""
+    """Fixed ratio during warm-up, then NSGA-II whenever links or gains have moved enough.
+
+    The gain of Allreduce-compatible Top-k is lower than a client's own Top-k gain: its values
+    sit at the leader's indices. The schedule measures that share (``observe_shared_gain``) and
+    scales the gain curve by it for the allreduce objective.
+    """
 
     def __init__(
         self,
@@ -214,15 +263,22 @@ class Nsga2Schedule:
         seed: int,
         selection: str,
         weight_time: float,
+        collectives: Sequence[str],
     ) -> None:
         if not 0 < cr_min < cr_max <= 1:
             raise ValueError(f"need 0 < cr-min < cr-max <= 1, got {cr_min}, {cr_max}")
+        unknown = set(collectives) - set(COLLECTIVE_INDEX)
+        if not collectives or unknown:
+            raise ValueError(f"collectives must be among {sorted(COLLECTIVE_INDEX)}")
         self.gain_model = GainModel()
         self.ratio = initial_ratio
+        self.collectives = tuple(collectives)
+        self.collective: str | None = None  # None until the first solve decides
         self.cr_min, self.cr_max = cr_min, cr_max
         self.warmup_rounds = warmup_rounds
         self.population, self.generations, self.seed = population, generations, seed
         self.selection, self.weights = selection, (weight_time, 1.0 - weight_time)
+        self.shared_index_factor: float | None = None
         self._links_at_solve: list[LinkLike] | None = None
         self._gain_at_solve = math.nan
         self.last_solve: SolveRecord | None = None
@@ -231,12 +287,30 @@ class Nsga2Schedule:
         if gains:
             self.gain_model.observe(gains, weights)
 
+    def observe_shared_gain(self, factor: float) -> None:
+        """One Allreduce round's mean ||e[I]||² / ||TopK(e)||² over clients (leader's I)."""
+        if not 0 <= factor <= 1 + 1e-9:
+            raise ValueError(f"shared-index gain factor must be in [0, 1], got {factor}")
+        smoothing = self.gain_model.smoothing
+        self.shared_index_factor = (
+            factor
+            if self.shared_index_factor is None
+            else smoothing * factor + (1 - smoothing) * self.shared_index_factor
+        )
+
+    def _gain_of(self, collective: str) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+        curve = self.gain_model.curve()
+        factor = self.shared_index_factor if collective == "allreduce" else None
+        if factor is None:
+            return curve
+        return lambda ratio: np.clip(factor * curve(ratio), 1e-9, 1.0)
+
     def _reason(self, links: Sequence[LinkLike]) -> str | None:
-        if self._links_at_solve is None:
+        if self._links_at_solve is None or self.collective is None:
             return "warm-up done"
         if _link_change(self._links_at_solve, links) > LINK_CHANGE:
             return "links changed"
-        gain_now = float(self.gain_model.curve()(np.array([self.ratio]))[0])
+        gain_now = float(self._gain_of(self.collective)(np.array([self.ratio]))[0])
         if abs(gain_now / self._gain_at_solve - 1.0) > GAIN_DRIFT:
             return "gain drifted"
         return None
@@ -244,46 +318,68 @@ class Nsga2Schedule:
     def ratio_for(
         self,
         server_round: int,
-        round_time_at: Callable[[float], float | None],
+        round_times: RoundTimes,
         compute_s: float,
         links: Sequence[LinkLike] | None,
     ) -> float:
-        """This round's ratio; solves again only when a trigger fires (``last_solve`` says)."""
+        """This round's ratio; solves again only when a trigger fires (``last_solve`` says).
+
+        After the first solve ``collective`` names the collective the chosen point assumed.
+        """
         self.last_solve = None
         if server_round <= self.warmup_rounds or self.gain_model.smoothed is None:
             return self.ratio
-        if links is None or compute_s <= 0 or round_time_at(self.ratio) is None:
+        if links is None or compute_s <= 0 or round_times(self.ratio) is None:
             return self.ratio
         reason = self._reason(links)
         if reason is None:
             return self.ratio
 
-        def parallel_efficiency(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.array(
-                [compute_s / float(round_time_at(float(c)) or math.inf) for c in ratios]
-            )
+        def efficiency(collective: str) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+            def parallel_efficiency(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
+                times = [round_times(float(c)) for c in ratios]
+                return np.array(
+                    [
+                        compute_s / (t[COLLECTIVE_INDEX[collective]] if t else math.inf)
+                        for t in times
+                    ]
+                )
 
-        problem = RatioProblem(
-            parallel_efficiency, self.gain_model.curve(), self.cr_min, self.cr_max
-        )
+            return parallel_efficiency
+
+        problems = {
+            name: RatioProblem(efficiency(name), self._gain_of(name), self.cr_min, self.cr_max)
+            for name in self.collectives
+        }
         solution = solve(
-            problem,
+            problems,
             population=self.population,
             generations=self.generations,
             seed=self.seed,
             selection=self.selection,
             weights=self.weights,
         )
-        self.ratio = solution.ratio
+        self.ratio, self.collective = solution.ratio, solution.collective
         self._links_at_solve = list(links)
         self._gain_at_solve = solution.gain
+        grid = self.gain_model.grid
+        grid = grid[(grid >= self.cr_min) & (grid <= self.cr_max)]
+        times = [round_times(float(c)) for c in grid]
         self.last_solve = SolveRecord(
             round=server_round,
             reason=reason,
             front_size=solution.front_size,
             ratio=solution.ratio,
+            collective=solution.collective,
             parallel_efficiency=solution.parallel_efficiency,
             gain=solution.gain,
             solve_s=solution.solve_s,
+            shared_index_factor=self.shared_index_factor,
+            grid_ratios=tuple(float(c) for c in grid),
+            grid_gains=tuple(float(g) for g in self.gain_model.curve()(grid)),
+            grid_round_s={
+                name: tuple(float(t[COLLECTIVE_INDEX[name]]) if t else math.inf for t in times)
+                for name in self.collectives
+            },
         )
         return self.ratio

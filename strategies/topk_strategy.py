@@ -98,6 +98,18 @@ def _gains(content: RecordDict, count: int) -> list[float]:
     return [float(g) for g in gains]
 
 
+def _shared_index_factor(participants: Sequence[Participant]) -> float:
+    """Mean over clients (by examples) of ||e[I]||² / ||TopK(e)||²: how much of its own
+    Top-k energy a client sent at the leader's indices (1 for the leader)."""
+    shares = [
+        min(1.0, float(p.values.astype(np.float64) @ p.values) / p.norm2) if p.norm2 > 0 else 1.0
+        for p in participants
+        if p.values is not None
+    ]
+    weights = [p.num_examples for p in participants if p.values is not None]
+    return float(np.average(shares, weights=weights))
+
+
 def _compress_s(content: RecordDict) -> float:
     value = content.metric_records[METRICS_KEY].get(COMPRESS_S, 0.0)
     if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -172,7 +184,7 @@ class TopKStrategy(DenseStrategy):
             known = [link for link in links if link is not None]
             self.compression_ratio = self.schedule.ratio_for(
                 server_round,
-                self._round_time_at,
+                self.predict_round_s,
                 self.compute_s(),
                 known if len(known) == self.num_clients else None,
             )
@@ -205,14 +217,18 @@ class TopKStrategy(DenseStrategy):
         ]
 
     def _choose_mode(self, server_round: int) -> str:
-        """The cheaper collective by the predicted round time; rounds 1 and 2 try both."""
+        """Rounds 1 and 2 try both; then the NSGA-II schedule's choice once it has solved
+        (it weighs gain as well as time), otherwise the cheaper by predicted round time."""
         self._predicted = (None, None)
         if server_round <= 2:
             return "allreduce" if server_round == 1 else "allgather"
         predicted = self.predict_round_s(self.compression_ratio)
+        if predicted is not None:
+            self._predicted = predicted
+        if self.schedule is not None and self.schedule.collective is not None:
+            return self.schedule.collective
         if predicted is None:
             return self._mode
-        self._predicted = predicted
         return "allgather" if predicted[0] <= predicted[1] else "allreduce"
 
     def predict_round_s(self, ratio: float) -> tuple[float, float] | None:
@@ -241,15 +257,6 @@ class TopKStrategy(DenseStrategy):
             slowest_compute
             + peer_exchange_s(self.topology, "allreduce", n, model_bytes, ratio, link),
         )
-
-    def _round_time_at(self, ratio: float) -> float | None:
-        """Predicted round time at ``ratio`` for the collective that would run it."""
-        predicted = self.predict_round_s(ratio)
-        if predicted is None:
-            return None
-        if self.collective == "auto":
-            return min(predicted)
-        return predicted[0] if self.collective == "allgather" else predicted[1]
 
     def compute_s(self) -> float:
         """The slowest client's last compute time (virtual), 0 before any round."""
@@ -305,6 +312,8 @@ class TopKStrategy(DenseStrategy):
             participants, indices, values = self._leader_phases(
                 server_round, participants, refused, phases
             )
+            if self.schedule is not None and participants:
+                self.schedule.observe_shared_gain(_shared_index_factor(participants))
         aggregate_s = time.perf_counter() - start
 
         sent_version = self._version
