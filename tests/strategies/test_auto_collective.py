@@ -1,5 +1,6 @@
 """collective = "auto" under the edge-scaled C1 schedule, in process."""
 
+import numpy as np
 import pytest
 
 from common.data import DIGITS_SPEC
@@ -13,6 +14,7 @@ from server.network import load_schedule
 from strategies.codec import topk_count
 from strategies.cost_models import star_allgather_topk_s, star_allreduce_topk_s
 from strategies.dense import train_config_record
+from strategies.topk_strategy import Participant, _shared_index_factor
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 
@@ -88,3 +90,31 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
     assert all(0.001 <= c <= 0.1 for c in ratios.values())
     # 1 Mbit/s from round 37 makes bytes dear: the ratio after that solve is lower.
     assert ratios[60] < ratios[30]
+    # With auto the solve decides the collective too, and the rounds follow it.
+    solved_at = {s["round"]: s for s in solves}
+    current = None
+    for r in range(solves[0]["round"], 81):
+        current = solved_at.get(r, current)
+        assert current is not None
+        assert strategy.stats[r].collective == current["collective"]
+    # Allreduce rounds measured the share of own Top-k energy at the leader's indices.
+    factors = [s["shared_index_factor"] for s in solves]
+    assert all(f is not None and 0 < f < 1 for f in factors)
+
+
+def test_shared_index_factor_on_a_hand_computed_round() -> None:
+    def participant(pid: int, examples: int, values: list[float], norm2: float) -> Participant:
+        return Participant(
+            node_id=pid,
+            partition_id=pid,
+            num_examples=examples,
+            train_loss=0.0,
+            compress_s=0.0,
+            bytes_up=0,
+            norm2=norm2,
+            values=np.asarray(values, dtype=np.float32),
+        )
+
+    leader = participant(0, 10, [3.0, 4.0], 25.0)  # its own Top-k: share 1
+    other = participant(1, 30, [1.0, 0.0], 4.0)  # 1 of its Top-k energy 4: share 0.25
+    assert _shared_index_factor([leader, other]) == pytest.approx((10 * 1 + 30 * 0.25) / 40)

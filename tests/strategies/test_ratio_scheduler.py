@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 
 from strategies.codec import topk_count
-from strategies.ratio_scheduler import GainModel, RatioProblem, gain_curve, solve
+from strategies.link_estimator import LinkEstimate
+from strategies.ratio_scheduler import (
+    GainModel,
+    Nsga2Schedule,
+    RatioProblem,
+    gain_curve,
+    solve,
+)
 from strategies.topk import topk_energy, topk_indices
 
 D = 50_826
@@ -39,15 +46,22 @@ def test_smoothed_gain_model_is_monotone_and_bounded() -> None:
     assert np.all(np.diff(values) >= 0) and values.min() > 0 and values.max() <= 1
 
 
-def _problem(bandwidth: float, latency: float = 0.01, compute: float = 0.05) -> RatioProblem:
+def _problem(
+    bandwidth: float,
+    latency: float = 0.01,
+    compute: float = 0.05,
+    bytes_per_value: int = 8,  # values + int32 indices
+    gain_factor: float = 1.0,
+) -> RatioProblem:
     model = GainModel(GRID)
     model.observe([gain_curve(_update(1), GRID)], [1])
+    curve = model.curve()
 
     def pe(ratio: np.ndarray) -> np.ndarray:
-        sync = 2 * latency + 8 * np.ceil(ratio * D) / bandwidth  # values + int32 indices
+        sync = 2 * latency + bytes_per_value * np.ceil(ratio * D) / bandwidth
         return compute / (compute + sync)
 
-    return RatioProblem(pe, model.curve(), cr_min=0.001, cr_max=0.1)
+    return RatioProblem(pe, lambda ratio: gain_factor * curve(ratio), cr_min=0.001, cr_max=0.1)
 
 
 def _nondominated(points: np.ndarray) -> np.ndarray:
@@ -84,3 +98,85 @@ def test_ratio_follows_bandwidth_and_the_seed_fixes_the_schedule() -> None:
     assert again.ratio == mid
     asf = solve(_problem(bandwidth=2e6), seed=3, selection="asf")
     assert 0.001 <= asf.ratio <= 0.1
+
+
+def test_asf_follows_bandwidth_when_sync_is_as_dear_as_compute() -> None:
+    """Sync at least as long as compute at every c (1 − PE >= 0.5): ASF on the
+    efficiencies moves c with bandwidth (the knee of the same fronts does not: here it
+    gives 0.023, 0.017, 0.028)."""
+    choices = [
+        solve(_problem(bandwidth=b, latency=0.01, compute=0.02), seed=3).ratio
+        for b in (1.25e5, 1.25e6, 1.25e7)  # 1, 10 and 100 Mbit/s
+    ]
+    assert choices[0] < choices[1] < choices[2]
+
+
+def test_two_collectives_are_one_decision_on_the_union_front() -> None:
+    # Allreduce sends values only (half the bytes) but its gain is a third of the own Top-k.
+    problems = {
+        "allgather": _problem(bandwidth=2e6),
+        "allreduce": _problem(bandwidth=2e6, bytes_per_value=4, gain_factor=1 / 3),
+    }
+    solution = solve(problems, seed=3)
+    assert set(solution.front_collectives) <= {"allgather", "allreduce"}
+    f = solution.front
+    for i in range(len(f)):  # the union front is non-dominated
+        assert not np.any(np.all(f <= f[i], axis=1) & np.any(f < f[i], axis=1))
+    # The same time saving with the full gain makes Allreduce the choice.
+    problems["allreduce"] = _problem(bandwidth=2e6, bytes_per_value=4)
+    assert solve(problems, seed=3).collective == "allreduce"
+    # The time saving with a tenth of the gain: Allgather.
+    problems["allreduce"] = _problem(bandwidth=2e6, bytes_per_value=4, gain_factor=0.1)
+    assert solve(problems, seed=3).collective == "allgather"
+
+
+def test_shared_index_factor_is_smoothed_and_checked() -> None:
+    schedule = Nsga2Schedule(**_schedule_kwargs())
+    schedule.observe_shared_gain(0.5)
+    schedule.observe_shared_gain(0.8)
+    assert schedule.shared_index_factor == pytest.approx(0.3 * 0.8 + 0.7 * 0.5)
+    with pytest.raises(ValueError, match="shared-index gain factor"):
+        schedule.observe_shared_gain(1.5)
+    with pytest.raises(ValueError, match="collectives"):
+        Nsga2Schedule(**{**_schedule_kwargs(), "collectives": ("broadcast",)})
+
+
+def _schedule_kwargs() -> dict:
+    return dict(
+        initial_ratio=0.01,
+        cr_min=0.001,
+        cr_max=0.1,
+        warmup_rounds=2,
+        population=20,
+        generations=10,
+        seed=0,
+        selection="asf",
+        weight_time=0.6,
+        collectives=("allgather", "allreduce"),
+    )
+
+
+COMPUTE_S = 0.1  # compute-bound rounds: the gain objective has a say
+
+
+def _allreduce_twice_as_fast(ratio: float) -> tuple[float, float]:
+    sync = 0.01 + 8 * ratio * D / 1e6
+    return COMPUTE_S + sync, COMPUTE_S + sync / 2  # (allgather, allreduce)
+
+
+@pytest.mark.parametrize(("factor", "expected"), [(1.0, "allreduce"), (0.1, "allgather")])
+def test_schedule_weighs_the_shared_index_gain_when_choosing_the_collective(
+    factor: float, expected: str
+) -> None:
+    schedule = Nsga2Schedule(**_schedule_kwargs())
+    schedule.observe_gains([gain_curve(_update(2), GRID)], [1])
+    schedule.observe_shared_gain(factor)
+    links = [LinkEstimate(0.01, 1e6, 1e6)] * 3
+    ratio = schedule.ratio_for(3, _allreduce_twice_as_fast, COMPUTE_S, links)
+    assert schedule.last_solve is not None and schedule.last_solve.reason == "warm-up done"
+    assert schedule.collective == expected == schedule.last_solve.collective
+    assert schedule.last_solve.ratio == ratio
+    assert set(schedule.last_solve.grid_round_s) == {"allgather", "allreduce"}
+    # Nothing moved: the next round keeps the ratio without solving.
+    assert schedule.ratio_for(4, _allreduce_twice_as_fast, COMPUTE_S, links) == ratio
+    assert schedule.last_solve is None
