@@ -17,15 +17,19 @@ from client.compression import (
     pending_topk,
     send_values_at,
 )
-from client.training import TrainResult, batch_rng, local_sgd
+from client.stream_round import draw_stream_round
+from client.training import TrainResult, batch_rng, local_sgd, random_batches
 from common.data import ArrayData, client_partition, data_spec
 from common.models import build_model
 from common.params import Layout
+from common.rates import STREAM_OFF
 from common.settings import Settings
 from strategies.codec import indices_record, topk_count, values_record
 from strategies.dense import reply_content
 from strategies.protocol import (
     ARRAYS_KEY,
+    BUFFER_BYTES,
+    BUFFER_SAMPLES,
     COMPRESS_S,
     CONFIG_KEY,
     GAIN_GRID,
@@ -34,10 +38,13 @@ from strategies.protocol import (
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
+    ROUND_START_S,
     SPARSE_KEY,
+    STREAM_RATE,
     TOPK_NORM2,
     TRAIN_LOSS,
     VALUES_ACTION,
+    WAIT_S,
 )
 from strategies.ratio_scheduler import DEFAULT_GAIN_GRID, gain_curve
 
@@ -76,21 +83,50 @@ def local_data(context: Context, settings: Settings, partition_id: int) -> Array
 
 def _train(
     context: Context, settings: Settings, config: ConfigRecord, start: np.ndarray
-) -> tuple[int, TrainResult]:
+) -> tuple[int, TrainResult, MetricRecord]:
+    """Local SGD from ``start``; also the stream metrics (empty when streams are off)."""
     torch.set_num_threads(1)  # several simulated clients share two cores
     partition_id = node_identity(context, settings)
     data = local_data(context, settings, partition_id)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
+    steps = int(config["local-steps"])  # type: ignore[arg-type]
+    batch_size = int(config["batch-size"])  # type: ignore[arg-type]
+    server_round = int(config["server-round"])  # type: ignore[arg-type]
+    stream_metrics = MetricRecord()
+    if settings.stream_rates == STREAM_OFF:
+        rng = batch_rng(int(config["seed"]), partition_id, server_round)  # type: ignore[arg-type]
+        batches = random_batches(rng, len(data), batch_size, steps)
+    else:
+        if ROUND_START_S not in config:
+            raise ValueError(f"streaming client needs {ROUND_START_S!r} in the instructions")
+        drawn = draw_stream_round(
+            context.state,
+            settings,
+            partition_id=partition_id,
+            partition_size=len(data),
+            start_s=float(config[ROUND_START_S]),  # type: ignore[arg-type]
+            server_round=server_round,
+            local_steps=steps,
+            batch_size=batch_size,
+        )
+        batches = drawn.batches
+        sample_bytes = data.x[0].nbytes + data.y[0].nbytes
+        stream_metrics = MetricRecord(
+            {
+                STREAM_RATE: drawn.rate,
+                WAIT_S: drawn.wait_s,
+                BUFFER_SAMPLES: drawn.peak_samples,
+                BUFFER_BYTES: drawn.peak_samples * sample_bytes,
+            }
+        )
     result = local_sgd(
         model,
         start,
         data,
-        steps=int(config["local-steps"]),  # type: ignore[arg-type]
-        batch_size=int(config["batch-size"]),  # type: ignore[arg-type]
+        batches=batches,
         learning_rate=float(config["learning-rate"]),  # type: ignore[arg-type]
-        rng=batch_rng(int(config["seed"]), partition_id, int(config["server-round"])),  # type: ignore[arg-type]
     )
-    return partition_id, result
+    return partition_id, result, stream_metrics
 
 
 @app.train()
@@ -100,17 +136,18 @@ def train(msg: Message, context: Context) -> Message:
     if settings.strategy == "dense":
         received = msg.content.array_records[ARRAYS_KEY]
         layout = Layout.of_record(received)
-        partition_id, result = _train(context, settings, config, layout.flatten(received))
+        partition_id, result, stream = _train(context, settings, config, layout.flatten(received))
         content = reply_content(
             layout.unflatten(result.update),
             partition_id=partition_id,
             num_examples=result.num_examples,
             train_loss=result.train_loss,
         )
+        content.metric_records[METRICS_KEY].update(stream)
         return Message(content=content, reply_to=msg)
 
     start = apply_model(context.state, msg.content, config)
-    partition_id, result = _train(context, settings, config, start)
+    partition_id, result, stream = _train(context, settings, config, start)
     began = time.perf_counter()
     k = topk_count(start.size, float(config["compression-ratio"]))  # type: ignore[arg-type]
     metrics = MetricRecord(
@@ -118,6 +155,7 @@ def train(msg: Message, context: Context) -> Message:
             PARTITION_ID: partition_id,
             NUM_EXAMPLES: result.num_examples,
             TRAIN_LOSS: result.train_loss,
+            **stream,
         }
     )
     content = RecordDict({METRICS_KEY: metrics})

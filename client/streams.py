@@ -42,11 +42,18 @@ class ReplayStream:
     """A partition of ``size`` samples replayed at ``rate`` samples/s."""
 
     def __init__(
-        self, size: int, rate: float, seed: int, *, clock_s: float = 0.0, arrived: float = 0.0
+        self,
+        size: int,
+        rate: float,
+        seed: int | tuple[int, ...],
+        *,
+        clock_s: float = 0.0,
+        arrived: float = 0.0,
     ) -> None:
         if size <= 0:
             raise ValueError(f"a stream needs at least one sample, got {size}")
-        self.size, self.seed = size, seed
+        self.size = size
+        self.seed = (seed,) if isinstance(seed, int) else tuple(seed)
         self.rate = rate
         self.clock_s, self.arrived = clock_s, arrived
         self._orders: dict[int, NDArray[np.int64]] = {}
@@ -63,7 +70,7 @@ class ReplayStream:
 
     def _order(self, pass_index: int) -> NDArray[np.int64]:
         if pass_index not in self._orders:
-            rng = np.random.default_rng([self.seed, 0x57E4, pass_index])
+            rng = np.random.default_rng([*self.seed, 0x57E4, pass_index])
             self._orders[pass_index] = rng.permutation(self.size).astype(np.int64)
         return self._orders[pass_index]
 
@@ -96,7 +103,9 @@ class ReplayStream:
         state[STREAM_STATE_KEY] = ConfigRecord({"clock-s": self.clock_s, "arrived": self.arrived})
 
     @classmethod
-    def from_state(cls, state: RecordDict, size: int, rate: float, seed: int) -> ReplayStream:
+    def from_state(
+        cls, state: RecordDict, size: int, rate: float, seed: int | tuple[int, ...]
+    ) -> ReplayStream:
         """The stream as last saved, at this round's ``rate`` (a new one if none saved)."""
         if STREAM_STATE_KEY not in state.config_records:
             return cls(size, rate, seed)

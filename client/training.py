@@ -25,27 +25,33 @@ def batch_rng(seed: int, partition_id: int, server_round: int) -> np.random.Gene
     return np.random.default_rng([seed, partition_id, server_round])
 
 
+def random_batches(
+    rng: np.random.Generator, size: int, batch_size: int, steps: int
+) -> list[NDArray[np.int64]]:
+    """``steps`` batches of min(batch_size, size) ids, each drawn without replacement."""
+    if size == 0:
+        raise ValueError("cannot train on an empty partition")
+    count = min(batch_size, size)
+    return [rng.choice(size, size=count, replace=False).astype(np.int64) for _ in range(steps)]
+
+
 def local_sgd(
     model: nn.Module,
     start: NDArray[np.float32],
     data: ArrayData,
     *,
-    steps: int,
-    batch_size: int,
+    batches: list[NDArray[np.int64]],
     learning_rate: float,
-    rng: np.random.Generator,
 ) -> TrainResult:
-    """``steps`` plain SGD steps on batches drawn without replacement from ``data``."""
-    if len(data) == 0:
-        raise ValueError("cannot train on an empty partition")
+    """One plain SGD step per batch of sample ids into ``data``."""
+    if not batches or any(b.size == 0 for b in batches):
+        raise ValueError("cannot train without samples: every step needs a non-empty batch")
     vector_to_model(model, start)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
-    size = min(batch_size, len(data))
     losses: list[float] = []
-    for _ in range(steps):
-        idx = rng.choice(len(data), size=size, replace=False)
+    for idx in batches:
         x = torch.from_numpy(data.x[idx])
         y = torch.from_numpy(data.y[idx])
         optimizer.zero_grad()
@@ -56,6 +62,6 @@ def local_sgd(
     update = model_to_vector(model) - start
     return TrainResult(
         update=update.astype(np.float32),
-        num_examples=size * steps,
+        num_examples=int(sum(b.size for b in batches)),
         train_loss=float(np.mean(losses)),
     )

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.rates import check_stream_rates
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 STRATEGIES = ("dense", "topk")
@@ -25,6 +27,10 @@ INDEX_POLICIES = ("leader", "global")
 TOPOLOGIES = ("star", "ring", "tree")
 CR_SCHEDULES = ("fixed", "nsga2")
 CR_SELECTIONS = ("asf", "asf-front", "knee")
+BUFFER_POLICIES = ("persistence", "truncation")
+BATCH_POLICIES = ("fixed", "rate")
+AGGREGATION_WEIGHTS = ("examples", "rate", "uniform")
+LR_SCALINGS = ("none", "linear")
 PARTITIONERS = ("iid", "dirichlet", "labels")
 MODELS = ("mlp", "cnn")
 
@@ -116,6 +122,23 @@ class Settings:
         minimum=0.0, exclusive_minimum=True, doc="seconds to wait for replies in a round"
     )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
+    stream_rates: str = _spec(
+        doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'
+    )
+    stream_rates_vary: bool = _spec(doc="streams: draw every client's rate anew each round")
+    buffer_policy: str = _spec(choices=BUFFER_POLICIES, doc="streams: keep or drop leftovers")
+    buffer_capacity: int = _spec(minimum=0, doc="streams: most samples buffered (0: no limit)")
+    batch_policy: str = _spec(
+        choices=BATCH_POLICIES, doc="streams: fixed batch-size (waits) or rate-sized batches"
+    )
+    batch_min: int = _spec(minimum=1, doc="streams, rate batches: smallest batch")
+    batch_max: int = _spec(minimum=1, doc="streams, rate batches: largest batch")
+    aggregation_weights: str = _spec(
+        choices=AGGREGATION_WEIGHTS, doc="weights of client updates: examples, rate or uniform"
+    )
+    lr_scaling: str = _spec(
+        choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
+    )
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -141,7 +164,26 @@ class Settings:
         if missing:
             raise ConfigError(f"missing run-config key(s): {', '.join(missing)}")
         values = {f.name: _check(f, run_config[_key(f.name)]) for f in dataclasses.fields(cls)}
-        return cls(**values)
+        settings = cls(**values)
+        settings._check_together()
+        return settings
+
+    def _check_together(self) -> None:
+        """Rules that involve more than one key."""
+        try:
+            check_stream_rates(self.stream_rates, self.num_clients)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.batch_min > self.batch_max:
+            raise ConfigError(
+                f"batch-min ({self.batch_min}) must not exceed batch-max ({self.batch_max})"
+            )
+        largest = self.batch_size if self.batch_policy == "fixed" else self.batch_max
+        if 0 < self.buffer_capacity < largest:
+            raise ConfigError(
+                f"buffer-capacity ({self.buffer_capacity}) is smaller than the largest batch "
+                f"({largest}); use 0 (no limit) or at least {largest}"
+            )
 
     def to_run_config(self) -> dict[str, Any]:
         return {_key(k): v for k, v in dataclasses.asdict(self).items()}
@@ -163,6 +205,9 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{key} must be finite, got {value!r}")
+    elif f.type in ("bool", bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
     elif f.type in ("str", str) and not isinstance(value, str):
         raise ConfigError(f"{key} must be a string, got {value!r}")
     choices = meta["choices"]

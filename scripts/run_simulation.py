@@ -2,6 +2,7 @@
 
     python -m scripts.run_simulation --run-config 'num-server-rounds=3 seed=7 results-dir=/tmp/x'
     python -m scripts.run_simulation --run-config configs/NAME.toml
+    python -m scripts.run_simulation --run-config 'configs/scadles.toml seed=7'
 
 What it does, in order:
 1. validates the run config (pyproject defaults + overrides) before anything starts;
@@ -44,21 +45,27 @@ _PAIR = re.compile(r"""(\S+?)=('[^']*'|"[^"]*"|\S+)""")
 
 
 def parse_overrides(text: str | None) -> dict[str, Any]:
-    """``"k=v k2=v2"`` (values in TOML syntax, bare words taken as strings) or a TOML file path."""
+    """Presets and pairs: ``"configs/scadles.toml seed=7 k2=v2"``.
+
+    Every bare ``*.toml`` word is a preset file (relative paths from the project), applied in
+    order; then the ``key=value`` pairs (values in TOML syntax, bare words taken as strings).
+    """
     if not text or not text.strip():
         return {}
-    text = text.strip()
-    if text.endswith(".toml") and "=" not in text:
-        path = Path(text)
+    pairs = _PAIR.findall(text)
+    out: dict[str, Any] = {}
+    for word in _PAIR.sub("", text).split():
+        if not word.endswith(".toml"):
+            raise ConfigError(
+                f"cannot parse run-config text {word!r}; expected key=value pairs or a .toml file"
+            )
+        path = Path(word)
         if not path.is_absolute() and not path.exists():
             path = PROJECT_ROOT / path
+        if not path.is_file():
+            raise ConfigError(f"run-config preset {word!r} not found")
         with path.open("rb") as fh:
-            return _flatten(tomllib.load(fh))
-    pairs = _PAIR.findall(text)
-    leftover = _PAIR.sub("", text).strip()
-    if leftover:
-        raise ConfigError(f"cannot parse run-config text {leftover!r}; expected key=value pairs")
-    out: dict[str, Any] = {}
+            out.update(_flatten(tomllib.load(fh)))
     for key, raw in pairs:
         try:
             out[key] = tomllib.loads(f"v = {raw}")["v"]

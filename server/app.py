@@ -62,6 +62,8 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
             num_clients=settings.num_clients,
             layout=layout,
             topology=settings.topology,
+            aggregation_weights=settings.aggregation_weights,
+            lr_scaling=settings.lr_scaling,
         )
     return TopKStrategy(
         clock=clock,
@@ -73,6 +75,8 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         index_policy=settings.index_policy,
         round_timeout_s=settings.round_timeout_s,
         topology=settings.topology,
+        aggregation_weights=settings.aggregation_weights,
+        lr_scaling=settings.lr_scaling,
         schedule=None
         if settings.cr_schedule == "fixed"
         else Nsga2Schedule(

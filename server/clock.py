@@ -23,6 +23,7 @@ class ClientWork:
     bytes_down: int
     samples: int
     bytes_up: int
+    wait_s: float = 0.0  # streams: time spent waiting for samples, from the round's start
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,12 @@ class ClientTiming:
     download_s: float
     compute_s: float
     upload_s: float
+    wait_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.download_s + self.compute_s + self.upload_s
+        """Samples stream in while the model downloads: compute starts when both are done."""
+        return max(self.download_s, self.wait_s) + self.compute_s + self.upload_s
 
 
 @dataclass(frozen=True)
@@ -84,10 +87,13 @@ class VirtualClock:
         p = self.profile(work.client)
         if work.samples < 0:
             raise ValueError(f"client {work.client}: samples must be >= 0, got {work.samples}")
+        if not work.wait_s >= 0:
+            raise ValueError(f"client {work.client}: wait must be >= 0 s, got {work.wait_s}")
         return ClientTiming(
             download_s=transfer_s(work.bytes_down, p.downlink_bytes_per_s, p.latency_s),
             compute_s=work.samples / p.compute_samples_per_s,
             upload_s=transfer_s(work.bytes_up, p.uplink_bytes_per_s, p.latency_s),
+            wait_s=work.wait_s,
         )
 
     def phase(self, name: str, works: Sequence[ClientWork]) -> PhaseTiming:
@@ -97,7 +103,7 @@ class VirtualClock:
         """A round on a ring or tree: every client computes, then the peer exchange runs."""
         compute = {
             w.client: ClientTiming(
-                0.0, w.samples / self.profile(w.client).compute_samples_per_s, 0.0
+                0.0, w.samples / self.profile(w.client).compute_samples_per_s, 0.0, w.wait_s
             )
             for w in works
         }

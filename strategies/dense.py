@@ -30,7 +30,15 @@ from strategies.protocol import (
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
+    ROUND_START_S,
     TRAIN_LOSS,
+)
+from strategies.streaming import (
+    StreamReport,
+    learning_rate,
+    parse_stream_report,
+    stream_summary,
+    update_weights,
 )
 from strategies.wire import content_nbytes
 
@@ -57,6 +65,8 @@ class RoundStats:
     predicted_allreduce_s: float | None = None
     estimated_links: dict[str, list[float]] | None = None
     ratio_solve: dict[str, Any] | None = None  # cr-schedule = nsga2: the solve of this round
+    learning_rate: float | None = None  # what clients were told this round
+    stream: dict[str, Any] | None = None  # streaming clients: buffers, waits, batch sizes
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class ClientReply:
     train_loss: float
     update: NDArray[np.float32]
     bytes_up: int
+    stream: StreamReport | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class TrainMetrics:
     partition_id: int
     num_examples: int
     train_loss: float
+    stream: StreamReport | None = None
 
 
 def parse_train_metrics(content: RecordDict, num_clients: int) -> TrainMetrics:
@@ -94,7 +106,7 @@ def parse_train_metrics(content: RecordDict, num_clients: int) -> TrainMetrics:
     loss = metrics[TRAIN_LOSS]
     if not isinstance(loss, int | float) or not math.isfinite(loss):
         raise ValueError(f"train-loss {loss!r} is not a finite number")
-    return TrainMetrics(partition_id, num_examples, float(loss))
+    return TrainMetrics(partition_id, num_examples, float(loss), parse_stream_report(metrics))
 
 
 def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientReply:
@@ -119,6 +131,7 @@ def parse_dense_reply(msg: Message, layout: Layout, num_clients: int) -> ClientR
         train_loss=metrics.train_loss,
         update=update,
         bytes_up=content_nbytes(content),
+        stream=metrics.stream,
     )
 
 
@@ -126,11 +139,23 @@ class DenseStrategy(FedAvg):
     """Synchronous distributed SGD: every client, every round, full updates both ways."""
 
     def __init__(
-        self, *, clock: VirtualClock, num_clients: int, layout: Layout, topology: str = "star"
+        self,
+        *,
+        clock: VirtualClock,
+        num_clients: int,
+        layout: Layout,
+        topology: str = "star",
+        aggregation_weights: str = "examples",
+        lr_scaling: str = "none",
     ) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology = {topology!r}; allowed values: {', '.join(TOPOLOGIES)}")
         self.topology = topology
+        self.aggregation_weights = aggregation_weights
+        self.lr_scaling = lr_scaling
+        self._last_global_batch: int | None = None  # per local step, summed over clients
+        self._local_steps = 1
+        self._learning_rate: float | None = None
         super().__init__(
             fraction_train=1.0,
             fraction_evaluate=0.0,  # evaluation is centralized at the server
@@ -189,6 +214,7 @@ class DenseStrategy(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.clock.begin_round(server_round)
+        config = self._round_config(config)
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._global = self.layout.flatten(arrays)
         sizes: dict[int, int] = {}  # messages share one RecordDict: serialize it once
@@ -200,6 +226,31 @@ class DenseStrategy(FedAvg):
             self._bytes_down[m.metadata.dst_node_id] = sizes[key]
         return messages
 
+    def _round_config(self, config: ConfigRecord) -> ConfigRecord:
+        """The round's instructions: its start in virtual time and its learning rate."""
+        out = ConfigRecord(dict(config))
+        out[ROUND_START_S] = self.clock.now_s
+        self._local_steps = int(config.get("local-steps", 1))  # type: ignore[arg-type]
+        if "learning-rate" in config:
+            self._learning_rate = learning_rate(
+                float(config["learning-rate"]),  # type: ignore[arg-type]
+                self.lr_scaling,
+                self._last_global_batch,
+                int(config.get("batch-size", 1)),  # type: ignore[arg-type]
+                self.num_clients,
+            )
+            out["learning-rate"] = self._learning_rate
+        return out
+
+    def _note_global_batch(self, num_examples: Sequence[int]) -> None:
+        if num_examples:
+            self._last_global_batch = sum(num_examples) // max(1, self._local_steps)
+
+    def _weights(
+        self, num_examples: Sequence[int], reports: Sequence[StreamReport | None]
+    ) -> list[float]:
+        return update_weights(self.aggregation_weights, num_examples, reports)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -209,7 +260,8 @@ class DenseStrategy(FedAvg):
         new_global = self._global
         if accepted:
             update = weighted_average(
-                [r.update for r in accepted], [r.num_examples for r in accepted]
+                [r.update for r in accepted],
+                self._weights([r.num_examples for r in accepted], [r.stream for r in accepted]),
             )
             new_global = self._global + update
         self._record(server_round, accepted, refused)
@@ -245,9 +297,11 @@ class DenseStrategy(FedAvg):
                 bytes_down=self._bytes_down.get(r.node_id, 0),
                 samples=r.num_examples,
                 bytes_up=r.bytes_up,
+                wait_s=r.stream.wait_s if r.stream is not None else 0.0,
             )
             for r in accepted
         ]
+        self._note_global_batch([r.num_examples for r in accepted])
         phase = self.clock.phase("train", works)
         charged = self._charged([phase], works, "dense", 1.0)
         duration = self.clock.advance(charged)
@@ -275,6 +329,11 @@ class DenseStrategy(FedAvg):
             comm_time_s=sum(t.comm_s for t in charged),
             refused=refused,
             phases=rows if self.topology == "star" else self._peer_rows(charged, rows),
+            learning_rate=self._learning_rate,
+            stream=stream_summary(
+                [r.stream for r in accepted],
+                [r.num_examples // max(1, self._local_steps) for r in accepted],
+            ),
         )
 
 

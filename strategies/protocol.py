@@ -18,6 +18,15 @@ TRAIN_LOSS = "train-loss"
 COMPRESS_S = "compress-s"
 TOPK_NORM2 = "topk-norm2"
 GAIN_GRID = "gain-grid"  # compression gain at each ratio of the scheduler's grid
+# Streaming clients (with every training reply when stream-rates is not "off")
+STREAM_RATE = "stream-rate"  # samples/s this round
+WAIT_S = "wait-s"  # virtual seconds spent waiting for samples before training
+BUFFER_SAMPLES = "buffer-samples"  # samples buffered when the batch was drawn (peak of the round)
+BUFFER_BYTES = "buffer-bytes"  # the same in bytes (features and label)
+STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES)
+
+# Config keys the server adds to each round's instructions
+ROUND_START_S = "round-start-s"  # virtual time at which the round starts
 
 # Message actions inside one Top-k round (Flower message types "train", "train.<action>")
 INDICES_ACTION = "indices"

@@ -67,6 +67,7 @@ from strategies.protocol import (
     VALUES_ACTION,
 )
 from strategies.ratio_scheduler import Nsga2Schedule
+from strategies.streaming import StreamReport, stream_summary
 from strategies.topk import topk_indices
 from strategies.wire import content_nbytes
 
@@ -85,6 +86,7 @@ class Participant:
     sparse: Sparse | None = None  # allgather: its TopK(e)
     values: NDArray[np.float32] | None = None  # allreduce: e[I]
     gains: list[float] | None = None  # cr-schedule = nsga2: gain at each grid ratio
+    stream: StreamReport | None = None  # streaming clients: rate, wait, buffer
 
 
 def _gains(content: RecordDict, count: int) -> list[float]:
@@ -132,6 +134,8 @@ class TopKStrategy(DenseStrategy):
         index_policy: str = "leader",
         round_timeout_s: float = 600.0,
         topology: str = "star",
+        aggregation_weights: str = "examples",
+        lr_scaling: str = "none",
         schedule: Nsga2Schedule | None = None,
     ) -> None:
         for name, value, allowed in (
@@ -141,7 +145,14 @@ class TopKStrategy(DenseStrategy):
         ):
             if value not in allowed:
                 raise ValueError(f"{name} = {value!r}; allowed values: {', '.join(allowed)}")
-        super().__init__(clock=clock, num_clients=num_clients, layout=layout, topology=topology)
+        super().__init__(
+            clock=clock,
+            num_clients=num_clients,
+            layout=layout,
+            topology=topology,
+            aggregation_weights=aggregation_weights,
+            lr_scaling=lr_scaling,
+        )
         self.compression_ratio = compression_ratio
         self.k = topk_count(layout.size, compression_ratio)
         self.collective = collective
@@ -193,7 +204,7 @@ class TopKStrategy(DenseStrategy):
             self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
         node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
-        self._config = ConfigRecord(dict(config))
+        self._config = self._round_config(config)
         self._config.update(
             {
                 "server-round": server_round,
@@ -296,10 +307,15 @@ class TopKStrategy(DenseStrategy):
             )
         works = [
             ClientWork(
-                p.partition_id, self._bytes_down.get(p.node_id, 0), p.num_examples, p.bytes_up
+                p.partition_id,
+                self._bytes_down.get(p.node_id, 0),
+                p.num_examples,
+                p.bytes_up,
+                p.stream.wait_s if p.stream is not None else 0.0,
             )
             for p in train_phase
         ]
+        self._note_global_batch([p.num_examples for p in train_phase])
         phases.append(("train", works))
         start = time.perf_counter()
         indices: NDArray[np.int64] | None
@@ -359,6 +375,7 @@ class TopKStrategy(DenseStrategy):
                     train_loss=metrics.train_loss,
                     compress_s=_compress_s(content),
                     bytes_up=content_nbytes(content),
+                    stream=metrics.stream,
                 )
                 if self.schedule is not None:
                     p.gains = _gains(content, len(self.schedule.gain_model.grid))
@@ -396,7 +413,7 @@ class TopKStrategy(DenseStrategy):
         return scatter_add(
             [s.indices for s in sparses],
             [s.values for s in sparses],
-            [p.num_examples for p in participants],
+            self._participant_weights(participants),
             self.layout.size,
         )
 
@@ -406,7 +423,12 @@ class TopKStrategy(DenseStrategy):
         if not participants:
             return None, None
         values = [p.values for p in participants if p.values is not None]
-        return index_set, weighted_average(values, [p.num_examples for p in participants])
+        return index_set, weighted_average(values, self._participant_weights(participants))
+
+    def _participant_weights(self, participants: Sequence[Participant]) -> list[float]:
+        return self._weights(
+            [p.num_examples for p in participants], [p.stream for p in participants]
+        )
 
     def _choose_leader(self, server_round: int, participants: Sequence[Participant]) -> Participant:
         if self.leader == "star":
@@ -565,6 +587,11 @@ class TopKStrategy(DenseStrategy):
                 asdict(self.schedule.last_solve)
                 if self.schedule is not None and self.schedule.last_solve is not None
                 else None
+            ),
+            learning_rate=self._learning_rate,
+            stream=stream_summary(
+                [p.stream for p in participants],
+                [p.num_examples // max(1, self._local_steps) for p in participants],
             ),
         )
 

@@ -56,3 +56,18 @@ def test_results_dir_is_made_absolute_with_a_timestamped_default() -> None:
     assert Path(settings.results_dir).parent.name == "results"
     assert settings.results_dir.endswith("-dense")
     assert resolve_settings({"results-dir": "/tmp/somewhere"}).results_dir == "/tmp/somewhere"
+
+
+def test_presets_then_pairs_in_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text('batch-policy = "rate"\nseed = 1\n')
+    second.write_text("seed = 2\n")
+    parsed = parse_overrides(f"{first} {second} seed=3 stream-rates='12, 40, 300'")
+    assert parsed == {"batch-policy": "rate", "seed": 3, "stream-rates": "12, 40, 300"}
+    with pytest.raises(ConfigError, match="preset 'missing.toml' not found"):
+        parse_overrides("missing.toml")
+
+
+def test_a_rate_list_and_a_bool_survive_the_trip_to_flwr_run() -> None:
+    config = {"stream-rates": "12, 40, 300", "stream-rates-vary": True}
+    assert parse_config_args([format_overrides(config)]) == config

@@ -1,0 +1,68 @@
+"""One round of a streaming client: read its stream, fill its buffer, draw the round's batches.
+
+The stream and the buffer live in the node's ``context.state`` between rounds. Every local
+step draws its batch with the batch policy at the round's start plus the waits so far (a step's
+compute is not waited on: what arrives meanwhile counts for the next round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import RecordDict
+from numpy.typing import NDArray
+
+from client.buffer import StreamBuffer, next_step
+from client.streams import ReplayStream
+from common.rates import client_rate
+from common.settings import Settings
+
+
+@dataclass(frozen=True)
+class StreamRound:
+    batches: list[NDArray[np.int64]]
+    rate: float  # samples/s this round
+    wait_s: float  # total virtual wait before (and between) the steps
+    peak_samples: int  # largest buffer occupancy when a batch was drawn
+
+
+def draw_stream_round(
+    state: RecordDict,
+    settings: Settings,
+    *,
+    partition_id: int,
+    partition_size: int,
+    start_s: float,
+    server_round: int,
+    local_steps: int,
+    batch_size: int,
+) -> StreamRound:
+    rate = client_rate(
+        settings.stream_rates,
+        partition_id,
+        settings.num_clients,
+        settings.seed,
+        server_round if settings.stream_rates_vary else 0,
+    )
+    source = ReplayStream.from_state(
+        state, partition_size, rate, seed=(settings.seed, partition_id)
+    )
+    buffer = StreamBuffer.from_state(state, settings.buffer_policy, settings.buffer_capacity)
+    batches, wait_s, peak = [], 0.0, 0
+    for _ in range(local_steps):
+        step = next_step(
+            source,
+            buffer,
+            start_s + wait_s,
+            settings.batch_policy,
+            batch_size=batch_size,
+            batch_min=settings.batch_min,
+            batch_max=settings.batch_max,
+        )
+        batches.append(step.batch)
+        wait_s += step.wait_s
+        peak = max(peak, step.occupancy)
+    source.to_state(state)
+    buffer.to_state(state)
+    return StreamRound(batches=batches, rate=rate, wait_s=wait_s, peak_samples=peak)

@@ -1,0 +1,109 @@
+"""Streaming clients through the strategies, in process, and the server-side rules."""
+
+import numpy as np
+import pytest
+
+from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, WAIT_S
+from strategies.streaming import (
+    StreamReport,
+    learning_rate,
+    parse_stream_report,
+    update_weights,
+)
+from tests.strategies.test_topk_federation import PROFILE, _run, _settings
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+# PROFILE computes 1000 samples/s: a batch of 16 takes 0.016 s.
+
+
+def test_fixed_batches_wait_for_slow_streams_and_the_clock_charges_it() -> None:
+    settings = _settings(strategy="dense", stream_rates="4, 8, 200", batch_size=16)
+    _, strategy, _ = _run(settings, rounds=2)
+    first = strategy.stats[1]
+    # The slowest stream (4/s) has its 16th sample at 4.0 s; the round cannot end sooner.
+    assert first.stream is not None and first.stream["wait_s_max"] == pytest.approx(4.0)
+    assert first.round_time_s >= 4.0 + 16 / PROFILE.compute_samples_per_s
+    assert first.stream["batch_min"] == first.stream["batch_max"] == 16
+    assert first.stream["rate_total"] == pytest.approx(212.0)
+
+
+def test_persistence_piles_up_and_truncation_stays_small() -> None:
+    peaks = {}
+    for policy in ("persistence", "truncation"):
+        settings = _settings(
+            strategy="dense", stream_rates="8, 8, 400", batch_size=16, buffer_policy=policy
+        )
+        _, strategy, _ = _run(settings, rounds=4)
+        peaks[policy] = [strategy.stats[r].stream["buffer_samples_max"] for r in range(1, 5)]
+        times = [strategy.stats[r].virtual_time_s for r in range(1, 5)]  # same for both
+    # The 400/s client: in round 1 it waits for its own 16 samples (0.04 s); later, by each
+    # round's start it has received 400 x (time so far); persistence keeps all but 16 a round.
+    assert peaks["persistence"][0] == 16
+    for r in (2, 3, 4):
+        start = times[r - 2]
+        assert peaks["persistence"][r - 1] == pytest.approx(400 * start - 16 * (r - 1), abs=2)
+    # Truncation keeps what arrived since the last step: 400 x the time between steps (the
+    # round-1 step was at 0.04 s, later steps at their round's start).
+    for r in (2, 3, 4):
+        length = times[r - 2] - (times[r - 3] if r > 2 else 0.04)
+        assert peaks["truncation"][r - 1] == pytest.approx(400 * length, abs=2)
+    assert max(peaks["truncation"]) < max(peaks["persistence"]) / 2
+
+
+def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> None:
+    settings = _settings(
+        strategy="topk",
+        collective="allgather",
+        stream_rates="8, 16, 400",
+        batch_policy="rate",
+        buffer_policy="truncation",
+        aggregation_weights="rate",
+    )
+    _, strategy, _ = _run(settings, rounds=3)
+    first = strategy.stats[1]
+    assert first.stream is not None
+    assert first.stream["wait_s_max"] == pytest.approx(1.0)  # 8/s waits for batch-min = 8
+    for r in (2, 3):
+        stream = strategy.stats[r].stream
+        assert stream is not None and stream["batch_min"] >= 8 and stream["batch_max"] <= 1024
+
+
+def test_weights_and_learning_rate_scaling() -> None:
+    reports = [StreamReport(10.0, 0.0, 5, 50), StreamReport(30.0, 0.0, 5, 50)]
+    assert update_weights("rate", [100, 100], reports) == [10.0, 30.0]
+    assert update_weights("examples", [100, 300], reports) == [100.0, 300.0]
+    assert update_weights("uniform", [100, 300], reports) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="needs streaming clients"):
+        update_weights("rate", [1, 2], [None, None])
+    assert learning_rate(0.5, "linear", None, 32, 10) == 0.5  # nothing reported yet
+    assert learning_rate(0.5, "linear", 640, 32, 10) == pytest.approx(1.0)  # 2x the base batch
+    assert learning_rate(0.5, "none", 640, 32, 10) == 0.5
+
+
+def test_linear_scaling_follows_the_last_global_batch() -> None:
+    settings = _settings(
+        strategy="dense",
+        stream_rates="8, 8, 8",
+        batch_policy="rate",
+        batch_size=16,
+        lr_scaling="linear",
+    )
+    _, strategy, _ = _run(settings, rounds=3)
+    assert strategy.stats[1].learning_rate == pytest.approx(settings.learning_rate)
+    # Round 1: every client trained on batch-min = 8, the base batch is 16 per client.
+    assert strategy.stats[2].learning_rate == pytest.approx(settings.learning_rate * 24 / 48)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({STREAM_RATE: 5.0}, "incomplete"),
+        ({STREAM_RATE: -1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8}, "stream-rate"),
+        ({STREAM_RATE: 1.0, WAIT_S: np.nan, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8}, "wait-s"),
+        ({STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1.5, BUFFER_BYTES: 8}, "buffer-samples"),
+    ],
+)
+def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_stream_report(metrics)
