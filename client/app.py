@@ -27,6 +27,7 @@ from common.settings import Settings
 from strategies.codec import indices_record, topk_count, values_record
 from strategies.dense import reply_content
 from strategies.protocol import (
+    ADAPTIVE_RATIO,
     ARRAYS_KEY,
     BUFFER_BYTES,
     BUFFER_SAMPLES,
@@ -38,6 +39,7 @@ from strategies.protocol import (
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
+    RESIDUAL_SHARE,
     ROUND_START_S,
     SPARSE_KEY,
     STREAM_RATE,
@@ -49,6 +51,18 @@ from strategies.protocol import (
 from strategies.ratio_scheduler import DEFAULT_GAIN_GRID, gain_curve
 
 LOCAL_DATA_KEY = "local-data"
+ADAPTIVE_STATE_KEY = "adaptive"
+ADAPTIVE_SMOOTHING = 0.3  # EWMA weight of the newest residual share
+
+
+def smoothed_residual_share(state: RecordDict, share: float) -> float:
+    """EWMA of this client's residual share, kept in ``context.state``."""
+    if ADAPTIVE_STATE_KEY in state.config_records:
+        previous = float(state.config_records[ADAPTIVE_STATE_KEY]["share"])  # type: ignore[arg-type]
+        share = ADAPTIVE_SMOOTHING * share + (1 - ADAPTIVE_SMOOTHING) * previous
+    state[ADAPTIVE_STATE_KEY] = ConfigRecord({"share": share})
+    return min(1.0, max(0.0, share))
+
 
 app = ClientApp()
 
@@ -159,9 +173,17 @@ def train(msg: Message, context: Context) -> Message:
         }
     )
     content = RecordDict({METRICS_KEY: metrics})
-    if config.get("report-gain", False):  # before compression moves the residual
-        residual = ErrorFeedback.from_state(context.state, result.update.size).residual
-        metrics[GAIN_GRID] = gain_curve(result.update + residual, DEFAULT_GAIN_GRID)
+    if config.get("report-gain", False) or ADAPTIVE_RATIO in config:  # before compression
+        compensated = (
+            result.update + ErrorFeedback.from_state(context.state, result.update.size).residual
+        )
+        if config.get("report-gain", False):
+            metrics[GAIN_GRID] = gain_curve(compensated, DEFAULT_GAIN_GRID)
+        if ADAPTIVE_RATIO in config:
+            ratio = float(config[ADAPTIVE_RATIO])  # type: ignore[arg-type]
+            metrics[RESIDUAL_SHARE] = smoothed_residual_share(
+                context.state, 1.0 - gain_curve(compensated, [ratio])[0]
+            )
     if config["collective"] == "allgather":
         sparse, _ = compress_topk(context.state, result.update, k)
         content[SPARSE_KEY] = sparse.to_record()

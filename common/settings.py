@@ -139,6 +139,11 @@ class Settings:
     lr_scaling: str = _spec(
         choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
     )
+    adaptive_delta: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        doc="topk: compress (c) when most residual shares are <= this, else dense; 0: off",
+    )
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -177,6 +182,11 @@ class Settings:
         if self.batch_min > self.batch_max:
             raise ConfigError(
                 f"batch-min ({self.batch_min}) must not exceed batch-max ({self.batch_max})"
+            )
+        if self.adaptive_delta > 0 and (self.strategy != "topk" or self.cr_schedule != "fixed"):
+            raise ConfigError(
+                "adaptive-delta needs strategy = 'topk' with cr-schedule = 'fixed' "
+                f"(got strategy = {self.strategy!r}, cr-schedule = {self.cr_schedule!r})"
             )
         largest = self.batch_size if self.batch_policy == "fixed" else self.batch_max
         if 0 < self.buffer_capacity < largest:

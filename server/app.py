@@ -77,6 +77,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         topology=settings.topology,
         aggregation_weights=settings.aggregation_weights,
         lr_scaling=settings.lr_scaling,
+        adaptive_delta=settings.adaptive_delta,
         schedule=None
         if settings.cr_schedule == "fixed"
         else Nsga2Schedule(

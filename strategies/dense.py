@@ -67,6 +67,7 @@ class RoundStats:
     ratio_solve: dict[str, Any] | None = None  # cr-schedule = nsga2: the solve of this round
     learning_rate: float | None = None  # what clients were told this round
     stream: dict[str, Any] | None = None  # streaming clients: buffers, waits, batch sizes
+    adaptive: dict[str, Any] | None = None  # adaptive-delta: the vote on the next round
 
 
 @dataclass(frozen=True)

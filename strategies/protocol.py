@@ -24,9 +24,12 @@ WAIT_S = "wait-s"  # virtual seconds spent waiting for samples before training
 BUFFER_SAMPLES = "buffer-samples"  # samples buffered when the batch was drawn (peak of the round)
 BUFFER_BYTES = "buffer-bytes"  # the same in bytes (features and label)
 STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES)
+# Adaptive compression (adaptive-delta > 0): smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
+RESIDUAL_SHARE = "residual-share"
 
 # Config keys the server adds to each round's instructions
 ROUND_START_S = "round-start-s"  # virtual time at which the round starts
+ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
 
 # Message actions inside one Top-k round (Flower message types "train", "train.<action>")
 INDICES_ACTION = "indices"

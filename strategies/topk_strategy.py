@@ -54,6 +54,7 @@ from strategies.cost_models import (
 from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
 from strategies.link_estimator import DOWN, UP, LinkEstimator
 from strategies.protocol import (
+    ADAPTIVE_RATIO,
     COMPRESS_S,
     CONFIG_KEY,
     DELTA_KEY,
@@ -62,6 +63,7 @@ from strategies.protocol import (
     INDICES_ACTION,
     METRICS_KEY,
     MODEL_KEY,
+    RESIDUAL_SHARE,
     SPARSE_KEY,
     TOPK_NORM2,
     VALUES_ACTION,
@@ -87,6 +89,7 @@ class Participant:
     values: NDArray[np.float32] | None = None  # allreduce: e[I]
     gains: list[float] | None = None  # cr-schedule = nsga2: gain at each grid ratio
     stream: StreamReport | None = None  # streaming clients: rate, wait, buffer
+    residual_share: float | None = None  # adaptive: smoothed |‖e‖² − ‖TopK(e)‖²| / ‖e‖²
 
 
 def _gains(content: RecordDict, count: int) -> list[float]:
@@ -110,6 +113,13 @@ def _shared_index_factor(participants: Sequence[Participant]) -> float:
     ]
     weights = [p.num_examples for p in participants if p.values is not None]
     return float(np.average(shares, weights=weights))
+
+
+def _residual_share(content: RecordDict) -> float:
+    value = content.metric_records[METRICS_KEY].get(RESIDUAL_SHARE)
+    if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{RESIDUAL_SHARE} {value!r} is not a number in [0, 1]")
+    return float(value)
 
 
 def _compress_s(content: RecordDict) -> float:
@@ -137,6 +147,7 @@ class TopKStrategy(DenseStrategy):
         aggregation_weights: str = "examples",
         lr_scaling: str = "none",
         schedule: Nsga2Schedule | None = None,
+        adaptive_delta: float = 0.0,
     ) -> None:
         for name, value, allowed in (
             ("collective", collective, COLLECTIVES),
@@ -155,6 +166,13 @@ class TopKStrategy(DenseStrategy):
         )
         self.compression_ratio = compression_ratio
         self.k = topk_count(layout.size, compression_ratio)
+        # ScaDLES adaptive compression (adaptive_delta > 0): c or dense (c = 1), by majority.
+        self.adaptive_delta = adaptive_delta
+        self._configured_ratio = compression_ratio
+        self._compress_next = False  # the first round is dense: nothing reported yet
+        self._adaptive: dict[str, Any] | None = None
+        if adaptive_delta > 0 and schedule is not None:
+            raise ValueError("adaptive-delta and cr-schedule = nsga2 both choose c; use one")
         self.collective = collective
         self.leader = leader
         self.index_policy = index_policy
@@ -200,6 +218,9 @@ class TopKStrategy(DenseStrategy):
                 known if len(known) == self.num_clients else None,
             )
             self.k = topk_count(self.layout.size, self.compression_ratio)
+        if self.adaptive_delta > 0:
+            self.compression_ratio = self._configured_ratio if self._compress_next else 1.0
+            self.k = topk_count(self.layout.size, self.compression_ratio)
         if self.collective == "auto":
             self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
@@ -214,6 +235,8 @@ class TopKStrategy(DenseStrategy):
                 "report-gain": self.schedule is not None,
             }
         )
+        if self.adaptive_delta > 0:
+            self._config[ADAPTIVE_RATIO] = self._configured_ratio
         self._round_index_set = None
         if self._mode == "allreduce" and self.index_policy == "global":
             self._round_index_set = self._next_index_set
@@ -345,11 +368,25 @@ class TopKStrategy(DenseStrategy):
             self._global = new_global
         for p in participants:
             self._holds[p.node_id] = sent_version
+        if self.adaptive_delta > 0:
+            self._vote_on_compression(train_phase)
         self._record_round(server_round, participants, refused, phases, aggregate_s)
         if not participants:
             return None, None
         loss = self.stats[server_round].train_loss
         return self.layout.unflatten(self._global), MetricRecord({"train-loss": loss})
+
+    def _vote_on_compression(self, replies: Sequence[Participant]) -> None:
+        """ScaDLES: compress next round when most clients' residual share is at most δ."""
+        shares = [p.residual_share for p in replies if p.residual_share is not None]
+        votes = sum(share <= self.adaptive_delta for share in shares)
+        self._compress_next = 2 * votes > len(shares)
+        self._adaptive = {
+            "votes_to_compress": votes,
+            "voters": len(shares),
+            "median_share": float(np.median(shares)) if shares else None,
+            "compress_next_round": self._compress_next,
+        }
 
     def _refuse(self, refused: list[str], node: int, phase: str, reason: object) -> None:
         log(WARNING, "Refused %s reply from node %s: %s", phase, node, reason)
@@ -379,6 +416,8 @@ class TopKStrategy(DenseStrategy):
                 )
                 if self.schedule is not None:
                     p.gains = _gains(content, len(self.schedule.gain_model.grid))
+                if self.adaptive_delta > 0:
+                    p.residual_share = _residual_share(content)
                 if self._mode == "allgather":
                     p.sparse = Sparse.from_record(self._sparse(content), self.layout.size, self.k)
                 elif expects_values:
@@ -542,7 +581,12 @@ class TopKStrategy(DenseStrategy):
                 self.estimator.observe(work.client, UP, work.bytes_up, t.upload_s)
                 if name == "train":
                     self._compute_s[work.client] = t.compute_s
-        if self._mode == "allgather" and self._last_delta is not None and participants:
+        if (
+            self._mode == "allgather"
+            and self._last_delta is not None
+            and participants
+            and self.compression_ratio < 1.0  # a dense round says nothing about overlap
+        ):
             self._union_fraction = self._last_delta.indices.size / (len(participants) * self.k)
         phase_rows: list[dict[str, Any]] = []
         for (name, works), timing in zip(phases, timings, strict=True):
@@ -589,6 +633,7 @@ class TopKStrategy(DenseStrategy):
                 else None
             ),
             learning_rate=self._learning_rate,
+            adaptive=self._adaptive,
             stream=stream_summary(
                 [p.stream for p in participants],
                 [p.num_examples // max(1, self._local_steps) for p in participants],

@@ -1,0 +1,57 @@
+"""ScaDLES adaptive compression: the vote, the clients' statistic, the rounds it produces."""
+
+import numpy as np
+import pytest
+from flwr.app import RecordDict
+
+from client.app import smoothed_residual_share
+from common.settings import ConfigError
+from strategies.ratio_scheduler import gain_curve
+from strategies.topk_strategy import Participant
+from tests.strategies.test_topk_federation import _run, _settings
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+
+def test_residual_share_of_a_constructed_update() -> None:
+    e = np.zeros(100, dtype=np.float32)
+    e[:2] = [3.0, 4.0]  # ||e||² = 25; Top-1 keeps 16
+    assert 1.0 - gain_curve(e, [0.01])[0] == pytest.approx(9 / 25)
+    state = RecordDict()
+    assert smoothed_residual_share(state, 0.5) == pytest.approx(0.5)
+    assert smoothed_residual_share(state, 0.1) == pytest.approx(0.3 * 0.1 + 0.7 * 0.5)
+
+
+def _voter(pid: int, share: float) -> Participant:
+    return Participant(pid, pid, 10, 0.0, 0.0, 0, residual_share=share)
+
+
+@pytest.mark.parametrize(
+    ("shares", "compress"),
+    [([0.1, 0.2, 0.9], True), ([0.1, 0.5, 0.9], False), ([0.3, 0.31], False), ([0.3], True)],
+)
+def test_majority_at_or_below_delta_compresses(shares: list[float], compress: bool) -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.1, adaptive_delta=0.3)
+    _, strategy, _ = _run(settings, rounds=1)
+    strategy._vote_on_compression([_voter(i, s) for i, s in enumerate(shares)])
+    assert strategy._compress_next is compress
+
+
+@pytest.mark.parametrize(("delta", "compressed_rounds"), [(1.0, {2, 3, 4}), (1e-6, set())])
+def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> None:
+    settings = _settings(strategy="topk", compression_ratio=0.1, adaptive_delta=delta)
+    _, strategy, _ = _run(settings, rounds=4)
+    ratios = {r: s.compression_ratio for r, s in strategy.stats.items()}
+    assert ratios[1] == 1.0  # nothing reported yet: dense
+    assert {r for r, c in ratios.items() if c < 1.0} == compressed_rounds
+    assert all(c in (0.1, 1.0) for c in ratios.values())
+    assert all(
+        s.adaptive is not None and s.adaptive["voters"] == 3 for s in strategy.stats.values()
+    )
+
+
+def test_adaptive_delta_needs_a_fixed_topk_ratio() -> None:
+    with pytest.raises(ConfigError, match="adaptive-delta needs strategy = 'topk'"):
+        _settings(strategy="dense", adaptive_delta=0.3)
+    with pytest.raises(ConfigError, match="cr-schedule = 'nsga2'"):
+        _settings(strategy="topk", cr_schedule="nsga2", adaptive_delta=0.3)
