@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from common.rates import STREAM_OFF
 from common.settings import Settings
 from strategies.codec import indices_record, topk_count, values_record
 from strategies.dense import reply_content
+from strategies.injection import shared_record
 from strategies.protocol import (
     ADAPTIVE_RATIO,
     ARRAYS_KEY,
@@ -36,6 +39,9 @@ from strategies.protocol import (
     GAIN_GRID,
     INDEX_SET_KEY,
     INDICES_ACTION,
+    INJECT_BETA,
+    INJECT_KEY,
+    INJECT_PARTITIONS,
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
@@ -95,10 +101,39 @@ def local_data(context: Context, settings: Settings, partition_id: int) -> Array
     )
 
 
+@dataclass(frozen=True)
+class RoundWork:
+    partition_id: int
+    result: TrainResult
+    stream: MetricRecord  # stream metrics (empty when streams are off)
+    shared: ArrayRecord | None  # data injection: samples this client shares, if asked
+
+
+def _relayed(content: RecordDict) -> ArrayData | None:
+    """Samples other clients shared (data injection), relayed by the server."""
+    if INJECT_KEY not in content.array_records:
+        return None
+    record = content.array_records[INJECT_KEY]
+    return ArrayData(
+        x=np.asarray(record["x"].numpy(), dtype=np.float32),
+        y=np.asarray(record["y"].numpy(), dtype=np.int64),
+    )
+
+
+def _share(
+    data: ArrayData, batch: np.ndarray, beta: float, rng: np.random.Generator
+) -> ArrayRecord:
+    """A random ceil(β·b) of this client's own batch, features and labels."""
+    count = min(batch.size, math.ceil(beta * batch.size))
+    chosen = np.sort(rng.choice(batch, size=count, replace=False))
+    return shared_record(data.x[chosen], data.y[chosen])
+
+
 def _train(
-    context: Context, settings: Settings, config: ConfigRecord, start: np.ndarray
-) -> tuple[int, TrainResult, MetricRecord]:
-    """Local SGD from ``start``; also the stream metrics (empty when streams are off)."""
+    context: Context, settings: Settings, content: RecordDict, start: np.ndarray
+) -> RoundWork:
+    """Local SGD from ``start`` on this round's batches (stream or partition)."""
+    config = content.config_records[CONFIG_KEY]
     torch.set_num_threads(1)  # several simulated clients share two cores
     partition_id = node_identity(context, settings)
     data = local_data(context, settings, partition_id)
@@ -133,14 +168,19 @@ def _train(
                 BUFFER_BYTES: drawn.peak_samples * sample_bytes,
             }
         )
+    shared = None
+    if partition_id in list(config.get(INJECT_PARTITIONS, [])):  # type: ignore[arg-type]
+        rng = np.random.default_rng([settings.seed, 0x1A, partition_id, server_round])
+        shared = _share(data, batches[0], float(config[INJECT_BETA]), rng)  # type: ignore[arg-type]
     result = local_sgd(
         model,
         start,
         data,
         batches=batches,
         learning_rate=float(config["learning-rate"]),  # type: ignore[arg-type]
+        extra=_relayed(content),
     )
-    return partition_id, result, stream_metrics
+    return RoundWork(partition_id, result, stream_metrics, shared)
 
 
 @app.train()
@@ -150,18 +190,21 @@ def train(msg: Message, context: Context) -> Message:
     if settings.strategy == "dense":
         received = msg.content.array_records[ARRAYS_KEY]
         layout = Layout.of_record(received)
-        partition_id, result, stream = _train(context, settings, config, layout.flatten(received))
+        work = _train(context, settings, msg.content, layout.flatten(received))
         content = reply_content(
-            layout.unflatten(result.update),
-            partition_id=partition_id,
-            num_examples=result.num_examples,
-            train_loss=result.train_loss,
+            layout.unflatten(work.result.update),
+            partition_id=work.partition_id,
+            num_examples=work.result.num_examples,
+            train_loss=work.result.train_loss,
         )
-        content.metric_records[METRICS_KEY].update(stream)
+        content.metric_records[METRICS_KEY].update(work.stream)
+        if work.shared is not None:
+            content[INJECT_KEY] = work.shared
         return Message(content=content, reply_to=msg)
 
     start = apply_model(context.state, msg.content, config)
-    partition_id, result, stream = _train(context, settings, config, start)
+    work = _train(context, settings, msg.content, start)
+    partition_id, result = work.partition_id, work.result
     began = time.perf_counter()
     k = topk_count(start.size, float(config["compression-ratio"]))  # type: ignore[arg-type]
     metrics = MetricRecord(
@@ -169,10 +212,12 @@ def train(msg: Message, context: Context) -> Message:
             PARTITION_ID: partition_id,
             NUM_EXAMPLES: result.num_examples,
             TRAIN_LOSS: result.train_loss,
-            **stream,
+            **work.stream,
         }
     )
     content = RecordDict({METRICS_KEY: metrics})
+    if work.shared is not None:
+        content[INJECT_KEY] = work.shared
     if config.get("report-gain", False) or ADAPTIVE_RATIO in config:  # before compression
         compensated = (
             result.update + ErrorFeedback.from_state(context.state, result.update.size).residual

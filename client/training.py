@@ -42,8 +42,10 @@ def local_sgd(
     *,
     batches: list[NDArray[np.int64]],
     learning_rate: float,
+    extra: ArrayData | None = None,
 ) -> TrainResult:
-    """One plain SGD step per batch of sample ids into ``data``."""
+    """One plain SGD step per batch of sample ids into ``data``; ``extra`` samples (relayed
+    by data injection) join the first batch."""
     if not batches or any(b.size == 0 for b in batches):
         raise ValueError("cannot train without samples: every step needs a non-empty batch")
     vector_to_model(model, start)
@@ -51,9 +53,12 @@ def local_sgd(
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     losses: list[float] = []
-    for idx in batches:
-        x = torch.from_numpy(data.x[idx])
-        y = torch.from_numpy(data.y[idx])
+    for step, idx in enumerate(batches):
+        xs, ys = data.x[idx], data.y[idx]
+        if step == 0 and extra is not None and len(extra) > 0:
+            xs, ys = np.concatenate([xs, extra.x]), np.concatenate([ys, extra.y])
+        x = torch.from_numpy(np.ascontiguousarray(xs))
+        y = torch.from_numpy(np.ascontiguousarray(ys))
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -62,6 +67,6 @@ def local_sgd(
     update = model_to_vector(model) - start
     return TrainResult(
         update=update.astype(np.float32),
-        num_examples=int(sum(b.size for b in batches)),
+        num_examples=int(sum(b.size for b in batches)) + (0 if extra is None else len(extra)),
         train_loss=float(np.mean(losses)),
     )

@@ -139,6 +139,12 @@ class Settings:
     lr_scaling: str = _spec(
         choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
     )
+    injection_alpha: float = _spec(
+        minimum=0.0, maximum=1.0, doc="data injection: share of clients that share; 0: off"
+    )
+    injection_beta: float = _spec(
+        minimum=0.0, maximum=1.0, doc="data injection: share of its batch a sharer sends"
+    )
     adaptive_delta: float = _spec(
         minimum=0.0,
         maximum=1.0,
@@ -182,6 +188,11 @@ class Settings:
         if self.batch_min > self.batch_max:
             raise ConfigError(
                 f"batch-min ({self.batch_min}) must not exceed batch-max ({self.batch_max})"
+            )
+        if (self.injection_alpha > 0) != (self.injection_beta > 0):
+            raise ConfigError(
+                "injection-alpha and injection-beta are both 0 (off) or both > 0, got "
+                f"{self.injection_alpha} and {self.injection_beta}"
             )
         if self.adaptive_delta > 0 and (self.strategy != "topk" or self.cr_schedule != "fixed"):
             raise ConfigError(

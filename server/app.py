@@ -20,6 +20,7 @@ from server.evaluation import evaluate
 from server.network import load_schedule
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.dense import DenseStrategy, train_config_record
+from strategies.injection import InjectionPlan
 from strategies.ratio_scheduler import Nsga2Schedule
 from strategies.topk_strategy import TopKStrategy
 
@@ -56,6 +57,18 @@ def resolve_results_dir(settings: Settings) -> Path:
 
 
 def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> DenseStrategy:
+    spec = data_spec(settings)
+    injection = (
+        InjectionPlan(
+            alpha=settings.injection_alpha,
+            beta=settings.injection_beta,
+            seed=settings.seed,
+            num_features=spec.num_features,
+            num_classes=spec.num_classes,
+        )
+        if settings.injection_alpha > 0
+        else None
+    )
     if settings.strategy == "dense":
         return DenseStrategy(
             clock=clock,
@@ -64,6 +77,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
             topology=settings.topology,
             aggregation_weights=settings.aggregation_weights,
             lr_scaling=settings.lr_scaling,
+            injection=injection,
         )
     return TopKStrategy(
         clock=clock,
@@ -77,6 +91,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         topology=settings.topology,
         aggregation_weights=settings.aggregation_weights,
         lr_scaling=settings.lr_scaling,
+        injection=injection,
         adaptive_delta=settings.adaptive_delta,
         schedule=None
         if settings.cr_schedule == "fixed"

@@ -24,9 +24,13 @@ from common.params import Layout
 from server.clock import ClientWork, PhaseTiming, VirtualClock
 from strategies.aggregate import weighted_average
 from strategies.cost_models import TOPOLOGIES, Link, peer_exchange_s
+from strategies.injection import InjectionPlan, RelayPool, parse_shared
 from strategies.protocol import (
     ARRAYS_KEY,
     CONFIG_KEY,
+    INJECT_BETA,
+    INJECT_KEY,
+    INJECT_PARTITIONS,
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
@@ -68,6 +72,7 @@ class RoundStats:
     learning_rate: float | None = None  # what clients were told this round
     stream: dict[str, Any] | None = None  # streaming clients: buffers, waits, batch sizes
     adaptive: dict[str, Any] | None = None  # adaptive-delta: the vote on the next round
+    injection: dict[str, Any] | None = None  # data injection: samples and bytes both ways
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ class DenseStrategy(FedAvg):
         topology: str = "star",
         aggregation_weights: str = "examples",
         lr_scaling: str = "none",
+        injection: InjectionPlan | None = None,
     ) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology = {topology!r}; allowed values: {', '.join(TOPOLOGIES)}")
@@ -157,6 +163,10 @@ class DenseStrategy(FedAvg):
         self._last_global_batch: int | None = None  # per local step, summed over clients
         self._local_steps = 1
         self._learning_rate: float | None = None
+        self.injection = injection
+        self._pool = RelayPool()  # samples shared last round, relayed this round
+        self._partition_of: dict[int, int] = {}  # node id -> partition id, from replies
+        self._injection_stats: dict[str, Any] | None = None
         super().__init__(
             fraction_train=1.0,
             fraction_evaluate=0.0,  # evaluation is centralized at the server
@@ -215,8 +225,10 @@ class DenseStrategy(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.clock.begin_round(server_round)
-        config = self._round_config(config)
-        messages = list(super().configure_train(server_round, arrays, config, grid))
+        config = self._round_config(config, server_round)
+        messages = self._with_relayed(
+            list(super().configure_train(server_round, arrays, config, grid))
+        )
         self._global = self.layout.flatten(arrays)
         sizes: dict[int, int] = {}  # messages share one RecordDict: serialize it once
         self._bytes_down = {}
@@ -227,10 +239,14 @@ class DenseStrategy(FedAvg):
             self._bytes_down[m.metadata.dst_node_id] = sizes[key]
         return messages
 
-    def _round_config(self, config: ConfigRecord) -> ConfigRecord:
-        """The round's instructions: its start in virtual time and its learning rate."""
+    def _round_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
+        """The round's instructions: its start in virtual time, its learning rate, and who
+        shares samples (data injection)."""
         out = ConfigRecord(dict(config))
         out[ROUND_START_S] = self.clock.now_s
+        if self.injection is not None:
+            out[INJECT_PARTITIONS] = self.injection.sharers(server_round, self.num_clients)
+            out[INJECT_BETA] = self.injection.beta
         self._local_steps = int(config.get("local-steps", 1))  # type: ignore[arg-type]
         if "learning-rate" in config:
             self._learning_rate = learning_rate(
@@ -242,6 +258,59 @@ class DenseStrategy(FedAvg):
             )
             out["learning-rate"] = self._learning_rate
         return out
+
+    def _with_relayed(self, messages: list[Message]) -> list[Message]:
+        """Data injection: each message gets last round's shared samples from the others."""
+        self._injection_stats = None
+        if self.injection is None:
+            return messages
+        out, relayed_samples, relayed_bytes = [], 0, 0
+        for m in messages:
+            record = self._pool.record_for(self._partition_of.get(m.metadata.dst_node_id))
+            if record is None:
+                out.append(m)
+                continue
+            content = RecordDict(dict(m.content))  # messages may share one content
+            content[INJECT_KEY] = record
+            relayed_samples += int(record["y"].numpy().size)
+            relayed_bytes += content_nbytes(RecordDict({INJECT_KEY: record}))
+            out.append(
+                Message(
+                    content=content,
+                    message_type=m.metadata.message_type,
+                    dst_node_id=m.metadata.dst_node_id,
+                )
+            )
+        self._injection_stats = {
+            "relayed_samples": relayed_samples,
+            "relayed_bytes_down": relayed_bytes,
+            "shared_samples": 0,
+            "shared_bytes_up": 0,
+        }
+        self._pool = RelayPool()
+        return out
+
+    def _check_shared(self, content: RecordDict, num_examples: int) -> None:
+        """Raise ValueError naming what is wrong with the samples a reply shares."""
+        if INJECT_KEY not in content.array_records:
+            return
+        if self.injection is None:
+            raise ValueError(f"{INJECT_KEY} in a reply, but data injection is off")
+        parse_shared(content, self.injection, num_examples)
+
+    def _collect_shared(self, node_id: int, partition_id: int, content: RecordDict) -> None:
+        """Keep what a reply shares for next round; call only for accepted replies."""
+        self._partition_of[node_id] = partition_id
+        if self.injection is None or INJECT_KEY not in content.array_records:
+            return
+        record = content.array_records[INJECT_KEY]
+        x, y = record["x"].numpy(), record["y"].numpy()
+        self._pool.add(partition_id, x, y)
+        if self._injection_stats is not None:
+            self._injection_stats["shared_samples"] += int(y.size)
+            self._injection_stats["shared_bytes_up"] += content_nbytes(
+                RecordDict({INJECT_KEY: record})
+            )
 
     def _note_global_batch(self, num_examples: Sequence[int]) -> None:
         if num_examples:
@@ -281,11 +350,13 @@ class DenseStrategy(FedAvg):
                 reply = parse_dense_reply(msg, self.layout, self.num_clients)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
+                self._check_shared(msg.content, reply.num_examples)
             except ValueError as exc:
                 log(WARNING, "Refused reply from node %s: %s", node, exc)
                 refused.append(f"node {node}: {exc}")
                 continue
             seen.add(reply.partition_id)
+            self._collect_shared(node, reply.partition_id, msg.content)
             accepted.append(reply)
         # Replies arrive in completion order; sort so float sums are the same every run.
         accepted.sort(key=lambda r: r.partition_id)
@@ -331,6 +402,7 @@ class DenseStrategy(FedAvg):
             refused=refused,
             phases=rows if self.topology == "star" else self._peer_rows(charged, rows),
             learning_rate=self._learning_rate,
+            injection=self._injection_stats,
             stream=stream_summary(
                 [r.stream for r in accepted],
                 [r.num_examples // max(1, self._local_steps) for r in accepted],

@@ -10,6 +10,7 @@ MODEL_KEY = "model"  # Top-k: the full model as one raw vector
 DELTA_KEY = "delta"  # Top-k: the last aggregated sparse update
 INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
 SPARSE_KEY = "sparse"  # a client's sparse reply (values and/or indices)
+INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
 
 # Metric keys
 NUM_EXAMPLES = "num-examples"
@@ -29,6 +30,8 @@ RESIDUAL_SHARE = "residual-share"
 
 # Config keys the server adds to each round's instructions
 ROUND_START_S = "round-start-s"  # virtual time at which the round starts
+INJECT_PARTITIONS = "inject-partitions"  # data injection: who shares this round
+INJECT_BETA = "inject-beta"  # data injection: the share of its batch a chosen client sends
 ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
 
 # Message actions inside one Top-k round (Flower message types "train", "train.<action>")

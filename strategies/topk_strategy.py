@@ -52,6 +52,7 @@ from strategies.cost_models import (
     star_allreduce_topk_s,
 )
 from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
+from strategies.injection import InjectionPlan
 from strategies.link_estimator import DOWN, UP, LinkEstimator
 from strategies.protocol import (
     ADAPTIVE_RATIO,
@@ -146,6 +147,7 @@ class TopKStrategy(DenseStrategy):
         topology: str = "star",
         aggregation_weights: str = "examples",
         lr_scaling: str = "none",
+        injection: InjectionPlan | None = None,
         schedule: Nsga2Schedule | None = None,
         adaptive_delta: float = 0.0,
     ) -> None:
@@ -163,6 +165,7 @@ class TopKStrategy(DenseStrategy):
             topology=topology,
             aggregation_weights=aggregation_weights,
             lr_scaling=lr_scaling,
+            injection=injection,
         )
         self.compression_ratio = compression_ratio
         self.k = topk_count(layout.size, compression_ratio)
@@ -225,7 +228,7 @@ class TopKStrategy(DenseStrategy):
             self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
         node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
-        self._config = self._round_config(config)
+        self._config = self._round_config(config, server_round)
         self._config.update(
             {
                 "server-round": server_round,
@@ -243,12 +246,18 @@ class TopKStrategy(DenseStrategy):
         payloads = {node: self._payload_for(node) for node in sorted(node_ids)}
         # At most three distinct contents (full, delta, current): build and measure each once.
         contents = {p: self._instruction(p) for p in set(payloads.values())}
-        sizes = {p: content_nbytes(c) for p, c in contents.items()}
-        self._bytes_down = {node: sizes[p] for node, p in payloads.items()}
-        return [
-            Message(content=contents[p], message_type=MessageType.TRAIN, dst_node_id=node)
-            for node, p in payloads.items()
-        ]
+        sizes = {id(c): content_nbytes(c) for c in contents.values()}
+        messages = self._with_relayed(
+            [
+                Message(content=contents[p], message_type=MessageType.TRAIN, dst_node_id=node)
+                for node, p in payloads.items()
+            ]
+        )
+        self._bytes_down = {
+            m.metadata.dst_node_id: sizes.get(id(m.content)) or content_nbytes(m.content)
+            for m in messages
+        }
+        return messages
 
     def _choose_mode(self, server_round: int) -> str:
         """Rounds 1 and 2 try both; then the NSGA-II schedule's choice once it has solved
@@ -405,6 +414,7 @@ class TopKStrategy(DenseStrategy):
                 metrics = parse_train_metrics(content, self.num_clients)
                 if metrics.partition_id in seen:
                     raise ValueError(f"partition-id {metrics.partition_id} already replied")
+                self._check_shared(content, metrics.num_examples)
                 p = Participant(
                     node_id=node,
                     partition_id=metrics.partition_id,
@@ -432,6 +442,7 @@ class TopKStrategy(DenseStrategy):
                 self._refuse(refused, node, "train", exc)
                 continue
             seen.add(p.partition_id)
+            self._collect_shared(node, p.partition_id, msg.content)
             accepted.append(p)
         accepted.sort(key=lambda p: p.partition_id)  # completion order must not matter
         return accepted
@@ -634,6 +645,7 @@ class TopKStrategy(DenseStrategy):
             ),
             learning_rate=self._learning_rate,
             adaptive=self._adaptive,
+            injection=self._injection_stats,
             stream=stream_summary(
                 [p.stream for p in participants],
                 [p.num_examples // max(1, self._local_steps) for p in participants],

@@ -4,6 +4,10 @@ from flwr.app import RecordDict
 
 from client.buffer import StreamBuffer, next_step
 from client.streams import ReplayStream
+from client.training import local_sgd
+from common.data import DIGITS_SPEC, ArrayData
+from common.models import build_model
+from common.params import model_to_vector
 
 
 def test_arrivals_match_the_rate_over_a_long_window() -> None:
@@ -78,3 +82,17 @@ def test_capacity_drops_oldest_and_bad_policies_are_named() -> None:
         next_step(
             ReplayStream(10, 1.0, 0), buffer, 1.0, "big", batch_size=1, batch_min=1, batch_max=1
         )
+
+
+def test_relayed_samples_join_the_first_batch() -> None:
+    rng = np.random.default_rng(0)
+    features = DIGITS_SPEC.num_features
+    data = ArrayData(rng.random((20, features), dtype=np.float32), rng.integers(0, 10, 20))
+    extra = ArrayData(rng.random((5, features), dtype=np.float32), rng.integers(0, 10, 5))
+    model = build_model("mlp", DIGITS_SPEC, seed=0)
+    start = model_to_vector(model)
+    batches = [np.arange(8), np.arange(8, 16)]
+    with_extra = local_sgd(model, start, data, batches=batches, learning_rate=0.1, extra=extra)
+    without = local_sgd(model, start, data, batches=batches, learning_rate=0.1)
+    assert with_extra.num_examples == 16 + 5 and without.num_examples == 16
+    assert not np.allclose(with_extra.update, without.update)

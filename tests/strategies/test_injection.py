@@ -1,0 +1,73 @@
+"""Data injection: who shares, how much moves each way, and what a bad share gets."""
+
+import numpy as np
+import pytest
+from flwr.app import RecordDict
+
+from common.data import DIGITS_SPEC
+from common.settings import ConfigError
+from strategies.injection import InjectionPlan, parse_shared, shared_record
+from strategies.protocol import INJECT_KEY
+from tests.strategies.test_topk_federation import _run, _settings
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+SAMPLE_BYTES = DIGITS_SPEC.num_features * 4 + 8  # float32 features, int64 label
+PLAN = InjectionPlan(0.5, 0.5, seed=5, num_features=DIGITS_SPEC.num_features, num_classes=10)
+
+
+@pytest.mark.parametrize("strategy", ["dense", "topk"])
+def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str) -> None:
+    settings = _settings(
+        strategy=strategy,
+        num_clients=4,
+        batch_size=16,
+        injection_alpha=0.5,
+        injection_beta=0.5,
+    )
+    _, run, _ = _run(settings, rounds=3)
+    for r in (1, 2, 3):
+        stats = run.stats[r].injection
+        assert stats is not None
+        sharers = PLAN.sharers(r, 4)
+        assert len(sharers) == 2  # alpha x clients
+        assert stats["shared_samples"] == 2 * 8  # beta x batch from each sharer
+        payload = stats["shared_samples"] * SAMPLE_BYTES
+        assert payload <= stats["shared_bytes_up"] < payload + 2 * 400  # + framing per record
+        if r == 1:
+            assert stats["relayed_samples"] == 0  # nothing shared before round 1
+            continue
+        # Round r relays round r − 1's samples: 16 to each non-sharer, 8 to each sharer
+        # (the other sharer's), never a client's own.
+        assert stats["relayed_samples"] == 2 * 16 + 2 * 8
+        payload = stats["relayed_samples"] * SAMPLE_BYTES
+        assert payload <= stats["relayed_bytes_down"] < payload + 4 * 400
+    if strategy == "dense":  # the same model bytes every round: the difference is the relay
+        extra = run.stats[2].bytes_down - run.stats[1].bytes_down
+        assert extra == pytest.approx(run.stats[2].injection["relayed_bytes_down"], abs=4 * 8)
+
+
+def test_bad_shares_are_refused_by_name() -> None:
+    x = np.zeros((4, DIGITS_SPEC.num_features), dtype=np.float32)
+    good = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 3]))})
+    assert parse_shared(good, PLAN, batch=8) is not None
+    too_many = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 3]))})
+    with pytest.raises(ValueError, match="more than"):
+        parse_shared(too_many, PLAN, batch=4)
+    bad_label = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 10]))})
+    with pytest.raises(ValueError, match="labels outside 0..9"):
+        parse_shared(bad_label, PLAN, batch=8)
+    nan = x.copy()
+    nan[0, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        parse_shared(RecordDict({INJECT_KEY: shared_record(nan, np.arange(4))}), PLAN, batch=8)
+    wide = np.zeros((4, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="expected x of shape"):
+        parse_shared(RecordDict({INJECT_KEY: shared_record(wide, np.arange(4))}), PLAN, batch=8)
+    ints = x.astype(np.float64)
+    with pytest.raises(ValueError, match="float32"):
+        parse_shared(RecordDict({INJECT_KEY: shared_record(ints, np.arange(4))}), PLAN, batch=8)
+
+
+def test_injection_keys_must_come_together() -> None:
+    with pytest.raises(ConfigError, match="both 0"):
+        _settings(injection_alpha=0.5)
