@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from scripts.run_simulation import parse_overrides, resolve_settings
 from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, WAIT_S
 from strategies.streaming import (
     StreamReport,
@@ -107,3 +108,35 @@ def test_linear_scaling_follows_the_last_global_batch() -> None:
 def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_stream_report(metrics)
+
+
+def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
+    settings = _settings(
+        strategy="topk",
+        collective="auto",
+        cr_schedule="nsga2",
+        cr_warmup_rounds=2,
+        cr_generations=5,
+        stream_rates="S2",
+        batch_policy="rate",
+        buffer_policy="truncation",
+        aggregation_weights="rate",
+        lr_scaling="linear",
+    )
+    _, strategy, _ = _run(settings, rounds=5)
+    assert all(strategy.stats[r].stream is not None for r in range(1, 6))
+    assert any(strategy.stats[r].ratio_solve is not None for r in range(3, 6))
+
+
+@pytest.mark.parametrize(
+    "presets",
+    [
+        "configs/dsgd.toml",
+        "configs/scadles.toml",
+        "configs/scadles.toml configs/scadles-noniid.toml",
+        "configs/scadles.toml configs/scadles-noniid-injection.toml",
+    ],
+)
+def test_presets_are_valid_settings(presets: str) -> None:
+    settings = resolve_settings(parse_overrides(presets))
+    assert settings.stream_rates == "S1-normal"
