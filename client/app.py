@@ -49,6 +49,7 @@ from strategies.protocol import (
     ROUND_START_S,
     SPARSE_KEY,
     STREAM_RATE,
+    STREAM_SAMPLES,
     TOPK_NORM2,
     TRAIN_LOSS,
     VALUES_ACTION,
@@ -166,6 +167,7 @@ def _train(
                 WAIT_S: drawn.wait_s,
                 BUFFER_SAMPLES: drawn.peak_samples,
                 BUFFER_BYTES: drawn.peak_samples * sample_bytes,
+                STREAM_SAMPLES: int(sum(b.size for b in batches)),
             }
         )
     shared = None

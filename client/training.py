@@ -45,7 +45,7 @@ def local_sgd(
     extra: ArrayData | None = None,
 ) -> TrainResult:
     """One plain SGD step per batch of sample ids into ``data``; ``extra`` samples (relayed
-    by data injection) join the first batch."""
+    by data injection) join every batch of the round, so each local step sees them."""
     if not batches or any(b.size == 0 for b in batches):
         raise ValueError("cannot train without samples: every step needs a non-empty batch")
     vector_to_model(model, start)
@@ -53,9 +53,9 @@ def local_sgd(
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     losses: list[float] = []
-    for step, idx in enumerate(batches):
+    for idx in batches:
         xs, ys = data.x[idx], data.y[idx]
-        if step == 0 and extra is not None and len(extra) > 0:
+        if extra is not None and len(extra) > 0:
             xs, ys = np.concatenate([xs, extra.x]), np.concatenate([ys, extra.y])
         x = torch.from_numpy(np.ascontiguousarray(xs))
         y = torch.from_numpy(np.ascontiguousarray(ys))
@@ -67,6 +67,7 @@ def local_sgd(
     update = model_to_vector(model) - start
     return TrainResult(
         update=update.astype(np.float32),
-        num_examples=int(sum(b.size for b in batches)) + (0 if extra is None else len(extra)),
+        num_examples=int(sum(b.size for b in batches))
+        + (0 if extra is None else len(extra) * len(batches)),
         train_loss=float(np.mean(losses)),
     )

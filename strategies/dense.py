@@ -40,6 +40,7 @@ from strategies.protocol import (
 from strategies.streaming import (
     StreamReport,
     learning_rate,
+    own_samples,
     parse_stream_report,
     stream_summary,
     update_weights,
@@ -373,7 +374,7 @@ class DenseStrategy(FedAvg):
             )
             for r in accepted
         ]
-        self._note_global_batch([r.num_examples for r in accepted])
+        self._note_global_batch([own_samples(r.num_examples, r.stream) for r in accepted])
         phase = self.clock.phase("train", works)
         charged = self._charged([phase], works, "dense", 1.0)
         duration = self.clock.advance(charged)
@@ -405,7 +406,7 @@ class DenseStrategy(FedAvg):
             injection=self._injection_stats,
             stream=stream_summary(
                 [r.stream for r in accepted],
-                [r.num_examples // max(1, self._local_steps) for r in accepted],
+                [own_samples(r.num_examples, r.stream) // self._local_steps for r in accepted],
             ),
         )
 

@@ -24,7 +24,8 @@ STREAM_RATE = "stream-rate"  # samples/s this round
 WAIT_S = "wait-s"  # virtual seconds spent waiting for samples before training
 BUFFER_SAMPLES = "buffer-samples"  # samples buffered when the batch was drawn (peak of the round)
 BUFFER_BYTES = "buffer-bytes"  # the same in bytes (features and label)
-STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES)
+STREAM_SAMPLES = "stream-samples"  # own stream samples trained on (relayed ones not counted)
+STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)
 # Adaptive compression (adaptive-delta > 0): smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
 RESIDUAL_SHARE = "residual-share"
 

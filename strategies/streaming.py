@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.settings import AGGREGATION_WEIGHTS, LR_SCALINGS
-from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_METRICS, STREAM_RATE, WAIT_S
+from strategies.protocol import (
+    BUFFER_BYTES,
+    BUFFER_SAMPLES,
+    STREAM_METRICS,
+    STREAM_RATE,
+    STREAM_SAMPLES,
+    WAIT_S,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,7 @@ class StreamReport:
     wait_s: float
     buffer_samples: int
     buffer_bytes: int
+    samples: int  # own stream samples trained on this round (all local steps)
 
 
 def parse_stream_report(metrics: Mapping[str, Any]) -> StreamReport | None:
@@ -39,11 +47,22 @@ def parse_stream_report(metrics: Mapping[str, Any]) -> StreamReport | None:
         raise ValueError(f"{STREAM_RATE} {rate!r} is not a finite number > 0")
     if not isinstance(wait, int | float) or not math.isfinite(wait) or wait < 0:
         raise ValueError(f"{WAIT_S} {wait!r} is not a finite number >= 0")
-    counts = {key: metrics[key] for key in (BUFFER_SAMPLES, BUFFER_BYTES)}
+    counts = {key: metrics[key] for key in (BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)}
     for key, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{key} {value!r} is not an integer >= 0")
-    return StreamReport(float(rate), float(wait), counts[BUFFER_SAMPLES], counts[BUFFER_BYTES])
+    return StreamReport(
+        float(rate),
+        float(wait),
+        counts[BUFFER_SAMPLES],
+        counts[BUFFER_BYTES],
+        counts[STREAM_SAMPLES],
+    )
+
+
+def own_samples(num_examples: int, report: StreamReport | None) -> int:
+    """Samples of the client's own data trained on: relayed (injected) ones left out."""
+    return num_examples if report is None else report.samples
 
 
 def update_weights(

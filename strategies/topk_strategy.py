@@ -70,7 +70,7 @@ from strategies.protocol import (
     VALUES_ACTION,
 )
 from strategies.ratio_scheduler import Nsga2Schedule
-from strategies.streaming import StreamReport, stream_summary
+from strategies.streaming import StreamReport, own_samples, stream_summary
 from strategies.topk import topk_indices
 from strategies.wire import content_nbytes
 
@@ -347,7 +347,7 @@ class TopKStrategy(DenseStrategy):
             )
             for p in train_phase
         ]
-        self._note_global_batch([p.num_examples for p in train_phase])
+        self._note_global_batch([own_samples(p.num_examples, p.stream) for p in train_phase])
         phases.append(("train", works))
         start = time.perf_counter()
         indices: NDArray[np.int64] | None
@@ -648,7 +648,7 @@ class TopKStrategy(DenseStrategy):
             injection=self._injection_stats,
             stream=stream_summary(
                 [p.stream for p in participants],
-                [p.num_examples // max(1, self._local_steps) for p in participants],
+                [own_samples(p.num_examples, p.stream) // self._local_steps for p in participants],
             ),
         )
 

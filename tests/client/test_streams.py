@@ -84,7 +84,7 @@ def test_capacity_drops_oldest_and_bad_policies_are_named() -> None:
         )
 
 
-def test_relayed_samples_join_the_first_batch() -> None:
+def test_relayed_samples_join_every_batch_of_the_round() -> None:
     rng = np.random.default_rng(0)
     features = DIGITS_SPEC.num_features
     data = ArrayData(rng.random((20, features), dtype=np.float32), rng.integers(0, 10, 20))
@@ -94,5 +94,5 @@ def test_relayed_samples_join_the_first_batch() -> None:
     batches = [np.arange(8), np.arange(8, 16)]
     with_extra = local_sgd(model, start, data, batches=batches, learning_rate=0.1, extra=extra)
     without = local_sgd(model, start, data, batches=batches, learning_rate=0.1)
-    assert with_extra.num_examples == 16 + 5 and without.num_examples == 16
+    assert with_extra.num_examples == 16 + 2 * 5 and without.num_examples == 16
     assert not np.allclose(with_extra.update, without.update)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from scripts.run_simulation import parse_overrides, resolve_settings
-from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, WAIT_S
+from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
 from strategies.streaming import (
     StreamReport,
     learning_rate,
@@ -71,7 +71,7 @@ def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> N
 
 
 def test_weights_and_learning_rate_scaling() -> None:
-    reports = [StreamReport(10.0, 0.0, 5, 50), StreamReport(30.0, 0.0, 5, 50)]
+    reports = [StreamReport(10.0, 0.0, 5, 50, 8), StreamReport(30.0, 0.0, 5, 50, 8)]
     assert update_weights("rate", [100, 100], reports) == [10.0, 30.0]
     assert update_weights("examples", [100, 300], reports) == [100.0, 300.0]
     assert update_weights("uniform", [100, 300], reports) == [1.0, 1.0]
@@ -96,13 +96,17 @@ def test_linear_scaling_follows_the_last_global_batch() -> None:
     assert strategy.stats[2].learning_rate == pytest.approx(settings.learning_rate * 24 / 48)
 
 
+GOOD = {STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8, STREAM_SAMPLES: 8}
+
+
 @pytest.mark.parametrize(
     ("metrics", "message"),
     [
         ({STREAM_RATE: 5.0}, "incomplete"),
-        ({STREAM_RATE: -1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8}, "stream-rate"),
-        ({STREAM_RATE: 1.0, WAIT_S: np.nan, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8}, "wait-s"),
-        ({STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1.5, BUFFER_BYTES: 8}, "buffer-samples"),
+        ({**GOOD, STREAM_RATE: -1.0}, "stream-rate"),
+        ({**GOOD, WAIT_S: np.nan}, "wait-s"),
+        ({**GOOD, BUFFER_SAMPLES: 1.5}, "buffer-samples"),
+        ({**GOOD, STREAM_SAMPLES: -2}, "stream-samples"),
     ],
 )
 def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None:
