@@ -124,7 +124,8 @@ def _relayed(content: RecordDict) -> ArrayData | None:
 def _share(
     data: ArrayData, batch: np.ndarray, beta: float, rng: np.random.Generator
 ) -> ArrayRecord:
-    """A random ceil(β·b) of this client's own batch, features and labels."""
+    """A random ceil(β·b) of the b own samples this client trains on this round (all its
+    local steps), features and labels."""
     count = min(batch.size, math.ceil(beta * batch.size))
     chosen = np.sort(rng.choice(batch, size=count, replace=False))
     return shared_record(data.x[chosen], data.y[chosen])
@@ -173,7 +174,8 @@ def _train(
     shared = None
     if partition_id in list(config.get(INJECT_PARTITIONS, [])):  # type: ignore[arg-type]
         rng = np.random.default_rng([settings.seed, 0x1A, partition_id, server_round])
-        shared = _share(data, batches[0], float(config[INJECT_BETA]), rng)  # type: ignore[arg-type]
+        beta = float(config[INJECT_BETA])  # type: ignore[arg-type]
+        shared = _share(data, np.concatenate(batches), beta, rng)  # this round's own samples
     result = local_sgd(
         model,
         start,
