@@ -144,3 +144,30 @@ def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
 def test_presets_are_valid_settings(presets: str) -> None:
     settings = resolve_settings(parse_overrides(presets))
     assert settings.stream_rates == "S1-normal"
+
+
+def test_same_seed_same_streaming_run() -> None:
+    settings = _settings(
+        strategy="topk",
+        compression_ratio=0.1,
+        adaptive_delta=0.3,
+        stream_rates="S1",
+        batch_policy="rate",
+        buffer_policy="truncation",
+        aggregation_weights="rate",
+        lr_scaling="linear",
+        injection_alpha=0.5,
+        injection_beta=0.5,
+        num_clients=4,
+    )
+    first, run_a, _ = _run(settings, rounds=4)
+    second, run_b, _ = _run(settings, rounds=4)
+    assert np.array_equal(first, second)
+    for r in range(1, 5):
+        a, b = run_a.stats[r], run_b.stats[r]
+        assert (a.virtual_time_s, a.stream, a.injection, a.adaptive) == (
+            b.virtual_time_s,
+            b.stream,
+            b.injection,
+            b.adaptive,
+        )
