@@ -15,9 +15,9 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
 from client.streams import StreamSource
+from common.settings import BATCH_POLICIES, BUFFER_POLICIES
 
 BUFFER_STATE_KEY = "stream-buffer"
-BUFFER_POLICIES = ("persistence", "truncation")
 
 
 class StreamBuffer:
@@ -65,9 +65,6 @@ class StreamBuffer:
             return cls(policy, capacity)
         ids = state.array_records[BUFFER_STATE_KEY]["ids"].numpy()
         return cls(policy, capacity, ids)
-
-
-BATCH_POLICIES = ("fixed", "rate")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from logging import INFO
 from pathlib import Path
+from typing import Any
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common.logger import log
@@ -69,29 +70,24 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         if settings.injection_alpha > 0
         else None
     )
+    both: dict[str, Any] = {  # what both strategies take
+        "clock": clock,
+        "num_clients": settings.num_clients,
+        "layout": layout,
+        "topology": settings.topology,
+        "aggregation_weights": settings.aggregation_weights,
+        "lr_scaling": settings.lr_scaling,
+        "injection": injection,
+    }
     if settings.strategy == "dense":
-        return DenseStrategy(
-            clock=clock,
-            num_clients=settings.num_clients,
-            layout=layout,
-            topology=settings.topology,
-            aggregation_weights=settings.aggregation_weights,
-            lr_scaling=settings.lr_scaling,
-            injection=injection,
-        )
+        return DenseStrategy(**both)
     return TopKStrategy(
-        clock=clock,
-        num_clients=settings.num_clients,
-        layout=layout,
+        **both,
         compression_ratio=settings.compression_ratio,
         collective=settings.collective,
         leader=settings.leader,
         index_policy=settings.index_policy,
         round_timeout_s=settings.round_timeout_s,
-        topology=settings.topology,
-        aggregation_weights=settings.aggregation_weights,
-        lr_scaling=settings.lr_scaling,
-        injection=injection,
         adaptive_delta=settings.adaptive_delta,
         schedule=None
         if settings.cr_schedule == "fixed"

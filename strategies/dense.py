@@ -24,7 +24,7 @@ from common.params import Layout
 from server.clock import ClientWork, PhaseTiming, VirtualClock
 from strategies.aggregate import weighted_average
 from strategies.cost_models import TOPOLOGIES, Link, peer_exchange_s
-from strategies.injection import InjectionPlan, RelayPool, parse_shared
+from strategies.injection import InjectionPlan, RelayPool, SharedSamples, parse_shared
 from strategies.protocol import (
     ARRAYS_KEY,
     CONFIG_KEY,
@@ -291,31 +291,32 @@ class DenseStrategy(FedAvg):
         self._pool = RelayPool()
         return out
 
-    def _check_shared(self, content: RecordDict, num_examples: int) -> None:
-        """Raise ValueError naming what is wrong with the samples a reply shares."""
+    def _shared_of(self, content: RecordDict, num_examples: int) -> SharedSamples | None:
+        """The samples a reply shares, checked; ValueError names what is wrong."""
         if INJECT_KEY not in content.array_records:
-            return
+            return None
         if self.injection is None:
             raise ValueError(f"{INJECT_KEY} in a reply, but data injection is off")
-        parse_shared(content, self.injection, num_examples)
+        return parse_shared(content, self.injection, num_examples)
 
-    def _collect_shared(self, node_id: int, partition_id: int, content: RecordDict) -> None:
-        """Keep what a reply shares for next round; call only for accepted replies."""
+    def _collect_shared(
+        self, node_id: int, partition_id: int, shared: SharedSamples | None, content: RecordDict
+    ) -> None:
+        """Keep what an accepted reply shares for next round, and count it."""
         self._partition_of[node_id] = partition_id
-        if self.injection is None or INJECT_KEY not in content.array_records:
+        if shared is None:
             return
-        record = content.array_records[INJECT_KEY]
-        x, y = record["x"].numpy(), record["y"].numpy()
-        self._pool.add(partition_id, x, y)
+        self._pool.add(partition_id, *shared)
         if self._injection_stats is not None:
-            self._injection_stats["shared_samples"] += int(y.size)
+            self._injection_stats["shared_samples"] += int(shared[1].size)
             self._injection_stats["shared_bytes_up"] += content_nbytes(
-                RecordDict({INJECT_KEY: record})
+                RecordDict({INJECT_KEY: content.array_records[INJECT_KEY]})
             )
 
-    def _note_global_batch(self, num_examples: Sequence[int]) -> None:
-        if num_examples:
-            self._last_global_batch = sum(num_examples) // max(1, self._local_steps)
+    def _note_global_batch(self, own_samples: Sequence[int]) -> None:
+        """For lr scaling: the global batch per local step of the round just aggregated."""
+        if own_samples:
+            self._last_global_batch = sum(own_samples) // self._local_steps
 
     def _weights(
         self, num_examples: Sequence[int], reports: Sequence[StreamReport | None]
@@ -351,13 +352,13 @@ class DenseStrategy(FedAvg):
                 reply = parse_dense_reply(msg, self.layout, self.num_clients)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
-                self._check_shared(msg.content, reply.num_examples)
+                shared = self._shared_of(msg.content, reply.num_examples)
             except ValueError as exc:
                 log(WARNING, "Refused reply from node %s: %s", node, exc)
                 refused.append(f"node {node}: {exc}")
                 continue
             seen.add(reply.partition_id)
-            self._collect_shared(node, reply.partition_id, msg.content)
+            self._collect_shared(node, reply.partition_id, shared, msg.content)
             accepted.append(reply)
         # Replies arrive in completion order; sort so float sums are the same every run.
         accepted.sort(key=lambda r: r.partition_id)
@@ -374,7 +375,8 @@ class DenseStrategy(FedAvg):
             )
             for r in accepted
         ]
-        self._note_global_batch([own_samples(r.num_examples, r.stream) for r in accepted])
+        own = [own_samples(r.num_examples, r.stream) for r in accepted]
+        self._note_global_batch(own)
         phase = self.clock.phase("train", works)
         charged = self._charged([phase], works, "dense", 1.0)
         duration = self.clock.advance(charged)
@@ -406,7 +408,7 @@ class DenseStrategy(FedAvg):
             injection=self._injection_stats,
             stream=stream_summary(
                 [r.stream for r in accepted],
-                [own_samples(r.num_examples, r.stream) // self._local_steps for r in accepted],
+                [n // self._local_steps for n in own],
             ),
         )
 

@@ -39,9 +39,10 @@ def shared_record(x: NDArray[np.float32], y: NDArray[np.int64]) -> ArrayRecord:
     return ArrayRecord({"x": Array(np.ascontiguousarray(x)), "y": Array(np.ascontiguousarray(y))})
 
 
-def parse_shared(
-    content: RecordDict, plan: InjectionPlan, batch: int
-) -> tuple[NDArray[np.float32], NDArray[np.int64]] | None:
+SharedSamples = tuple[NDArray[np.float32], NDArray[np.int64]]  # features, labels
+
+
+def parse_shared(content: RecordDict, plan: InjectionPlan, batch: int) -> SharedSamples | None:
     """The samples a reply shares (None if it shares none); ValueError names what is wrong."""
     if INJECT_KEY not in content.array_records:
         return None

@@ -414,7 +414,7 @@ class TopKStrategy(DenseStrategy):
                 metrics = parse_train_metrics(content, self.num_clients)
                 if metrics.partition_id in seen:
                     raise ValueError(f"partition-id {metrics.partition_id} already replied")
-                self._check_shared(content, metrics.num_examples)
+                shared = self._shared_of(content, metrics.num_examples)
                 p = Participant(
                     node_id=node,
                     partition_id=metrics.partition_id,
@@ -442,7 +442,7 @@ class TopKStrategy(DenseStrategy):
                 self._refuse(refused, node, "train", exc)
                 continue
             seen.add(p.partition_id)
-            self._collect_shared(node, p.partition_id, msg.content)
+            self._collect_shared(node, p.partition_id, shared, msg.content)
             accepted.append(p)
         accepted.sort(key=lambda p: p.partition_id)  # completion order must not matter
         return accepted
