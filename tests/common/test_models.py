@@ -39,5 +39,18 @@ def test_flatten_and_unflatten_round_trip() -> None:
 
 
 def test_unknown_model_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown model 'vit'; allowed: mlp, cnn"):
+    with pytest.raises(ValueError, match="unknown model 'vit'; allowed: mlp, mlp-bn, cnn"):
         build_model("vit", DIGITS_SPEC, seed=0)
+
+
+def test_batch_norm_statistics_travel_with_the_weights() -> None:
+    """The running statistics are part of the flat vector, so clients and server share them."""
+    model = build_model("mlp-bn", DIGITS_SPEC, seed=1)
+    model.train()
+    model(torch.randn(16, 64) * 3 + 1)  # moves running_mean / running_var / num_batches_tracked
+    vector = model_to_vector(model)
+    other = build_model("mlp-bn", DIGITS_SPEC, seed=1)
+    vector_to_model(other, vector)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(other.state_dict()[name], tensor, msg=name)
+    assert int(other.state_dict()["2.num_batches_tracked"]) == 1
