@@ -32,7 +32,7 @@ BATCH_POLICIES = ("fixed", "rate")
 AGGREGATION_WEIGHTS = ("examples", "rate", "uniform")
 LR_SCALINGS = ("none", "linear")
 PARTITIONERS = ("iid", "dirichlet", "labels")
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "mlp-bn", "cnn")  # the names of common.models.MODELS (kept torch-free here)
 
 
 class ConfigError(ValueError):

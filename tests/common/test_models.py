@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from common.data import DIGITS_SPEC
+from common import settings
 from common.models import MODELS, build_model, num_parameters
 from common.params import Layout, model_to_vector, vector_to_model
 
@@ -54,3 +55,7 @@ def test_batch_norm_statistics_travel_with_the_weights() -> None:
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(other.state_dict()[name], tensor, msg=name)
     assert int(other.state_dict()["2.num_batches_tracked"]) == 1
+
+
+def test_settings_allow_exactly_the_registered_models() -> None:
+    assert settings.MODELS == tuple(MODELS)

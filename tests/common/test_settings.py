@@ -24,7 +24,7 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
     [
         ({"strategy": "fedsgd"}, "strategy = 'fedsgd' is not allowed; allowed values: dense"),
         ({"partitioner": "shards"}, "allowed values: iid, dirichlet, labels"),
-        ({"model": "resnet"}, "allowed values: mlp, cnn"),
+        ({"model": "resnet"}, "allowed values: mlp, mlp-bn, cnn"),
         ({"dirichlet_alpha": 0.0}, "dirichlet-alpha must be > 0"),
         ({"dirichlet_alpha": -1.0}, "dirichlet-alpha must be > 0"),
         ({"learning_rate": -0.1}, "learning-rate must be > 0"),
