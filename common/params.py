@@ -42,7 +42,8 @@ class Layout:
         parts = []
         for name, shape in zip(self.names, self.shapes, strict=True):
             arr = record[name].numpy()
-            if tuple(arr.shape) != shape:
+            # Flower stores a 0-d array (batch norm's num_batches_tracked) with shape (1,).
+            if tuple(arr.shape) != shape and not (shape == () and arr.shape == (1,)):
                 raise ValueError(f"array {name!r} has shape {arr.shape}, expected {shape}")
             parts.append(arr.astype(np.float32, copy=False).reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

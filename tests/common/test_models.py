@@ -55,6 +55,8 @@ def test_batch_norm_statistics_travel_with_the_weights() -> None:
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(other.state_dict()[name], tensor, msg=name)
     assert int(other.state_dict()["2.num_batches_tracked"]) == 1
+    layout = Layout.of_model(model)
+    np.testing.assert_array_equal(layout.flatten(layout.unflatten(vector)), vector)
 
 
 def test_settings_allow_exactly_the_registered_models() -> None:
