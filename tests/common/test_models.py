@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.data import DIGITS_SPEC
 from common import settings
+from common.data import DIGITS_SPEC
 from common.models import MODELS, build_model, num_parameters
 from common.params import Layout, model_to_vector, vector_to_model
 
@@ -60,4 +60,4 @@ def test_batch_norm_statistics_travel_with_the_weights() -> None:
 
 
 def test_settings_allow_exactly_the_registered_models() -> None:
-    assert settings.MODELS == tuple(MODELS)
+    assert tuple(MODELS) == settings.MODELS
