@@ -20,6 +20,7 @@ from client.compression import (
     send_values_at,
 )
 from client.stream_round import draw_stream_round
+from client.streams import WallClock
 from client.training import TrainResult, batch_rng, local_sgd, random_batches
 from common.data import ArrayData, client_partition, data_spec
 from common.models import build_model
@@ -45,8 +46,10 @@ from strategies.protocol import (
     METRICS_KEY,
     NUM_EXAMPLES,
     PARTITION_ID,
+    RECEIVED_AT,
     RESIDUAL_SHARE,
     ROUND_START_S,
+    SENT_AT,
     SPARSE_KEY,
     STREAM_RATE,
     STREAM_SAMPLES,
@@ -87,6 +90,27 @@ def node_identity(context: Context, settings: Settings) -> int:
             f"num-clients={settings.num_clients}; they must agree"
         )
     return partition_id
+
+
+def node_stream_rate(context: Context) -> float | None:
+    """The device's own stream rate (node config ``stream-rate``, samples/s), if it sets one."""
+    if "stream-rate" not in context.node_config:
+        return None
+    value = context.node_config["stream-rate"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"node config stream-rate = {value!r} is not a number")
+    if value <= 0:
+        raise ValueError(f"node config stream-rate must be > 0 samples/s, got {value}")
+    return float(value)
+
+
+def stamped(reply: Message, settings: Settings, received_at: float) -> Message:
+    """timing = "measured": when this handler began and when its reply left (wall clock)."""
+    if settings.timing == "measured":
+        metrics = reply.content.metric_records[METRICS_KEY]
+        metrics[RECEIVED_AT] = received_at
+        metrics[SENT_AT] = time.time()
+    return reply
 
 
 def local_data(context: Context, settings: Settings, partition_id: int) -> ArrayData:
@@ -159,6 +183,8 @@ def _train(
             server_round=server_round,
             local_steps=steps,
             batch_size=batch_size,
+            rate=node_stream_rate(context),
+            wall=WallClock.from_state(context.state) if settings.timing == "measured" else None,
         )
         batches = drawn.batches
         sample_bytes = data.x[0].nbytes + data.y[0].nbytes
@@ -189,7 +215,12 @@ def _train(
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    received_at = time.time()
     settings = Settings.from_run_config(context.run_config)
+    return stamped(_train_reply(msg, context, settings), settings, received_at)
+
+
+def _train_reply(msg: Message, context: Context, settings: Settings) -> Message:
     config = msg.content.config_records[CONFIG_KEY]
     if settings.strategy == "dense":
         received = msg.content.array_records[ARRAYS_KEY]
@@ -248,6 +279,7 @@ def train(msg: Message, context: Context) -> Message:
 @app.train(INDICES_ACTION)
 def train_indices(msg: Message, context: Context) -> Message:
     """Allreduce index phase: the leader sends the Top-k indices of its compensated update."""
+    received_at = time.time()
     began = time.perf_counter()
     config = msg.content.config_records[CONFIG_KEY]
     ratio = float(config["compression-ratio"])  # type: ignore[arg-type]
@@ -258,12 +290,14 @@ def train_indices(msg: Message, context: Context) -> Message:
             METRICS_KEY: MetricRecord({COMPRESS_S: time.perf_counter() - began}),
         }
     )
-    return Message(content=content, reply_to=msg)
+    settings = Settings.from_run_config(context.run_config)
+    return stamped(Message(content=content, reply_to=msg), settings, received_at)
 
 
 @app.train(VALUES_ACTION)
 def train_values(msg: Message, context: Context) -> Message:
     """Allreduce value phase: e at the shared indices; the residual keeps the rest."""
+    received_at = time.time()
     began = time.perf_counter()
     values = send_values_at(context.state, msg.content.array_records[INDEX_SET_KEY])
     content = RecordDict(
@@ -272,4 +306,5 @@ def train_values(msg: Message, context: Context) -> Message:
             METRICS_KEY: MetricRecord({COMPRESS_S: time.perf_counter() - began}),
         }
     )
-    return Message(content=content, reply_to=msg)
+    settings = Settings.from_run_config(context.run_config)
+    return stamped(Message(content=content, reply_to=msg), settings, received_at)

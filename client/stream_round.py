@@ -2,7 +2,9 @@
 
 The stream and the buffer live in the node's ``context.state`` between rounds. Every local
 step draws its batch with the batch policy at the round's start plus the waits so far (a step's
-compute is not waited on: what arrives meanwhile counts for the next round).
+compute is not waited on: what arrives meanwhile counts for the next round). With a
+``WallClock`` (on a device) each step starts at the current wall-clock stream time instead, and
+waits are slept.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from flwr.app import RecordDict
 from numpy.typing import NDArray
 
 from client.buffer import StreamBuffer, next_step
-from client.streams import ReplayStream
+from client.streams import ReplayStream, WallClock
 from common.rates import client_rate
 from common.settings import Settings
 
@@ -37,24 +39,30 @@ def draw_stream_round(
     server_round: int,
     local_steps: int,
     batch_size: int,
+    rate: float | None = None,
+    wall: WallClock | None = None,
 ) -> StreamRound:
-    rate = client_rate(
-        settings.stream_rates,
-        partition_id,
-        settings.num_clients,
-        settings.seed,
-        server_round if settings.stream_rates_vary else 0,
-    )
+    """``rate``: the node's own rate (its node config), else the run's drawn one;
+    ``wall``: real time (a device) instead of the virtual ``start_s``."""
+    if rate is None:
+        rate = client_rate(
+            settings.stream_rates,
+            partition_id,
+            settings.num_clients,
+            settings.seed,
+            server_round if settings.stream_rates_vary else 0,
+        )
     source = ReplayStream.from_state(
         state, partition_size, rate, seed=(settings.seed, partition_id)
     )
     buffer = StreamBuffer.from_state(state, settings.buffer_policy, settings.buffer_capacity)
     batches, wait_s, peak = [], 0.0, 0
     for _ in range(local_steps):
+        at_s = start_s + wait_s if wall is None else max(source.clock_s, wall.now_s())
         step = next_step(
             source,
             buffer,
-            start_s + wait_s,
+            at_s,
             settings.batch_policy,
             batch_size=batch_size,
             batch_min=settings.batch_min,
@@ -62,6 +70,8 @@ def draw_stream_round(
         )
         batches.append(step.batch)
         wait_s += step.wait_s
+        if wall is not None:
+            wall.wait(step.wait_s)  # the samples drawn above arrive during this sleep
         peak = max(peak, step.occupancy)
     source.to_state(state)
     buffer.to_state(state)

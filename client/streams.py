@@ -7,11 +7,20 @@ further samples will have arrived. ``ReplayStream`` replays a client's partition
 reshuffled (seeded) on every pass over the partition. Its whole state is two numbers (the
 time it has been read up to and the fractional count arrived by then), kept in the node's
 ``context.state`` between the ephemeral ClientApp calls.
+
+In simulation the times are virtual (the server's round start plus waits). On a device
+(timing = "measured") ``WallClock`` supplies them: seconds since the node's stream began, kept
+in ``context.state``, so samples keep arriving at the device's rate in wall-clock time while it
+trains, waits or sits between rounds, with no thread to keep alive across the ClientApp
+processes Flower starts per message. A live source (a sensor, a broker) would buffer its
+samples in a local store written by its own process and implement ``StreamSource`` over it.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -19,6 +28,7 @@ from flwr.app import ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
 STREAM_STATE_KEY = "stream"
+WALL_CLOCK_STATE_KEY = "stream-wall-clock"
 _EPS = 1e-9  # a wait computed by time_until lands exactly on an arrival despite rounding
 
 
@@ -117,3 +127,37 @@ class ReplayStream:
             clock_s=float(saved["clock-s"]),  # type: ignore[arg-type]
             arrived=float(saved["arrived"]),  # type: ignore[arg-type]
         )
+
+
+class WallClock:
+    """Stream time on a device: wall-clock seconds since the node's stream began."""
+
+    def __init__(
+        self,
+        epoch: float,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.epoch = epoch
+        self._clock, self._sleep = clock, sleep
+
+    def now_s(self) -> float:
+        return max(0.0, self._clock() - self.epoch)
+
+    def wait(self, seconds: float) -> None:
+        """Block while samples arrive (the fixed batch policy's wait, or batch-min's)."""
+        if seconds > 0:
+            self._sleep(seconds)
+
+    @classmethod
+    def from_state(
+        cls,
+        state: RecordDict,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> WallClock:
+        """The node's stream clock; the first call starts it (and saves its epoch)."""
+        if WALL_CLOCK_STATE_KEY not in state.config_records:
+            state[WALL_CLOCK_STATE_KEY] = ConfigRecord({"epoch": clock()})
+        epoch = float(state.config_records[WALL_CLOCK_STATE_KEY]["epoch"])  # type: ignore[arg-type]
+        return cls(epoch, clock, sleep)

@@ -32,6 +32,7 @@ BATCH_POLICIES = ("fixed", "rate")
 AGGREGATION_WEIGHTS = ("examples", "rate", "uniform")
 LR_SCALINGS = ("none", "linear")
 PARTITIONERS = ("iid", "dirichlet", "labels")
+TIMINGS = ("modelled", "measured")
 MODELS = ("mlp", "mlp-bn", "cnn")  # the names of common.models.MODELS (kept torch-free here)
 
 
@@ -121,6 +122,16 @@ class Settings:
     round_timeout_s: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="seconds to wait for replies in a round"
     )
+    min_clients: int = _spec(
+        minimum=0,
+        doc="fewest connected clients a round starts with (0: all num-clients); a round "
+        "aggregates the replies that came",
+    )
+    timing: str = _spec(
+        choices=TIMINGS,
+        doc="modelled: the virtual clock from device and network models; measured: from the "
+        "times clients and server measure (deployment)",
+    )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
     stream_rates: str = _spec(
         doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'
@@ -198,6 +209,15 @@ class Settings:
             raise ConfigError(
                 "adaptive-delta needs strategy = 'topk' with cr-schedule = 'fixed' "
                 f"(got strategy = {self.strategy!r}, cr-schedule = {self.cr_schedule!r})"
+            )
+        if self.min_clients > self.num_clients:
+            raise ConfigError(
+                f"min-clients ({self.min_clients}) exceeds num-clients ({self.num_clients})"
+            )
+        if self.timing == "measured" and self.topology != "star":
+            raise ConfigError(
+                f"timing = 'measured' measures Flower's star exchanges; topology = "
+                f"{self.topology!r} can only be modelled"
             )
         largest = self.batch_size if self.batch_policy == "fixed" else self.batch_max
         if 0 < self.buffer_capacity < largest:

@@ -81,3 +81,9 @@ def stop_tree(
     left = sorted(p for p in known if _alive(p))
     if left:
         raise RuntimeError(f"processes {left} started by PID {proc.pid} did not stop")
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` and its descendants at once: a crash or a power cut, for tests."""
+    _signal(process_tree(proc.pid), signal.SIGKILL)
+    proc.wait(timeout=30)

@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -145,17 +146,33 @@ def flower_env(flwr_home: Path) -> dict[str, str]:
     return env
 
 
-def _healthy(port: int) -> bool:
+def _healthy(port: int, ca_file: Path | None = None) -> bool:
+    scheme = "http" if ca_file is None else "https"
+    context = None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1.0) as r:
+        with urllib.request.urlopen(
+            f"{scheme}://127.0.0.1:{port}/health", timeout=1.0, context=context
+        ) as r:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
 
 @contextlib.contextmanager
-def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) -> Iterator[int]:
-    """A ``flower-superlink --simulation`` of our own on loopback; yields its port."""
+def local_superlink(
+    flwr_home: Path,
+    log_path: Path,
+    timeout_s: float = 60.0,
+    *,
+    simulation: bool = True,
+    tls_args: list[str] | None = None,
+    ca_file: Path | None = None,
+) -> Iterator[int]:
+    """A ``flower-superlink`` of our own on loopback; yields its port.
+
+    ``simulation``: the simulation runtime (else SuperNodes connect to it); ``tls_args``:
+    its TLS and authentication flags (None: ``--insecure``), ``ca_file`` to check it with.
+    """
     port = free_port()
     env = flower_env(flwr_home)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,8 +180,8 @@ def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) ->
         proc = subprocess.Popen(
             [
                 "flower-superlink",
-                "--insecure",
-                "--simulation",
+                *(["--insecure"] if tls_args is None else tls_args),
+                *(["--simulation"] if simulation else []),
                 "--disable-runtime-dependency-installation",
                 "--host",
                 "127.0.0.1",
@@ -180,7 +197,7 @@ def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) ->
         )
     try:
         deadline = time.monotonic() + timeout_s
-        while not _healthy(port):
+        while not _healthy(port, ca_file):
             if proc.poll() is not None:
                 raise RuntimeError(f"flower-superlink exited early; see {log_path}")
             if time.monotonic() > deadline:
@@ -191,11 +208,14 @@ def local_superlink(flwr_home: Path, log_path: Path, timeout_s: float = 60.0) ->
         stop_tree(proc)
 
 
-def write_connection(flwr_home: Path, port: int) -> None:
+def write_connection(flwr_home: Path, port: int, ca_file: Path | None = None) -> None:
+    """The ``flwr`` CLI's connection to our SuperLink: insecure, or TLS checked against
+    ``ca_file``."""
     flwr_home.mkdir(parents=True, exist_ok=True)
+    security = "insecure = true" if ca_file is None else f'root-certificates = "{ca_file}"'
     (flwr_home / "config.toml").write_text(
         f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{port}"\n{security}\n'
     )
 
 

@@ -20,6 +20,7 @@ from server.devices import load_catalog
 from server.evaluation import evaluate
 from server.network import load_schedule
 from server.records import RunRecorder, default_results_dir, progress_line
+from server.timed_grid import TimedGrid
 from strategies.dense import DenseStrategy, train_config_record
 from strategies.injection import InjectionPlan
 from strategies.ratio_scheduler import Nsga2Schedule
@@ -78,6 +79,8 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         "aggregation_weights": settings.aggregation_weights,
         "lr_scaling": settings.lr_scaling,
         "injection": injection,
+        "timing": settings.timing,
+        "min_clients": settings.min_clients,
     }
     if settings.strategy == "dense":
         return DenseStrategy(**both)
@@ -111,6 +114,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
+    grid = TimedGrid(grid)  # polls every 0.1 s (Flower's: 3 s) and times every exchange
     catalog = load_catalog(PROJECT_ROOT / settings.devices_file)
     profiles = catalog.assign(settings.device_mix, settings.num_clients)
     spec = data_spec(settings)

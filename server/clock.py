@@ -1,7 +1,8 @@
 """The virtual edge clock: the one place that turns bytes and work into seconds.
 
 A round is a sequence of phases (one today; compression adds an index phase, streams add
-waiting). In a phase every participating client downloads, computes and uploads; the phase
+waiting). Under timing = "measured" a client's times in a phase are the measured ones instead
+of the models'. In a phase every participating client downloads, computes and uploads; the phase
 ends when the slowest client is done (synchronous barrier), and the round takes the sum of
 its phases. Transfers cost latency + bytes / bandwidth; a transfer of zero bytes costs nothing.
 """
@@ -16,6 +17,15 @@ from server.network import NetworkSchedule
 
 
 @dataclass(frozen=True)
+class MeasuredTimes:
+    """One client's exchange in one phase as measured on the wall clock (timing = measured)."""
+
+    download_s: float  # server push -> client handler start (SuperNode poll, ClientApp start)
+    busy_s: float  # client handler start -> reply made (waits, training, compression)
+    upload_s: float  # reply made -> server pulled it
+
+
+@dataclass(frozen=True)
 class ClientWork:
     """What one client carried and computed in one phase."""
 
@@ -24,6 +34,7 @@ class ClientWork:
     samples: int
     bytes_up: int
     wait_s: float = 0.0  # streams: time spent waiting for samples, from the round's start
+    measured: MeasuredTimes | None = None  # when set, the clock charges these times
 
 
 @dataclass(frozen=True)
@@ -44,9 +55,12 @@ class PhaseTiming:
     name: str
     clients: Mapping[int, ClientTiming]
     exchange_s: float = 0.0  # a peer collective charged as a whole (ring or tree topology)
+    wall_s: float | None = None  # measured: the server's push to last reply (or timeout)
 
     @property
     def duration_s(self) -> float:
+        if self.wall_s is not None:
+            return self.wall_s
         return max((t.total_s for t in self.clients.values()), default=0.0) + self.exchange_s
 
     @property
@@ -84,6 +98,10 @@ class VirtualClock:
         return self._profiles[client]
 
     def client_timing(self, work: ClientWork) -> ClientTiming:
+        if work.measured is not None:
+            # On a device the wait comes after the download, inside the busy time.
+            m = work.measured
+            return ClientTiming(download_s=m.download_s, compute_s=m.busy_s, upload_s=m.upload_s)
         p = self.profile(work.client)
         if work.samples < 0:
             raise ValueError(f"client {work.client}: samples must be >= 0, got {work.samples}")
@@ -96,8 +114,13 @@ class VirtualClock:
             wait_s=work.wait_s,
         )
 
-    def phase(self, name: str, works: Sequence[ClientWork]) -> PhaseTiming:
-        return PhaseTiming(name=name, clients={w.client: self.client_timing(w) for w in works})
+    def phase(
+        self, name: str, works: Sequence[ClientWork], wall_s: float | None = None
+    ) -> PhaseTiming:
+        """``wall_s``: the phase as measured by the server, which then is its duration (a
+        round that waited for a node that never answered took that long)."""
+        clients = {w.client: self.client_timing(w) for w in works}
+        return PhaseTiming(name=name, clients=clients, wall_s=wall_s)
 
     def peer_phases(self, works: Sequence[ClientWork], exchange_s: float) -> list[PhaseTiming]:
         """A round on a ring or tree: every client computes, then the peer exchange runs."""

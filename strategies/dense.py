@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import WARNING
 from typing import Any
 
@@ -21,7 +21,8 @@ from flwr.serverapp.strategy import FedAvg
 from numpy.typing import NDArray
 
 from common.params import Layout
-from server.clock import ClientWork, PhaseTiming, VirtualClock
+from server.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
+from server.timed_grid import TimedGrid
 from strategies.aggregate import weighted_average
 from strategies.cost_models import TOPOLOGIES, Link, peer_exchange_s
 from strategies.injection import InjectionPlan, RelayPool, SharedSamples, parse_shared
@@ -45,6 +46,7 @@ from strategies.streaming import (
     stream_summary,
     update_weights,
 )
+from strategies.timing import measured_times
 from strategies.wire import content_nbytes
 
 
@@ -74,6 +76,9 @@ class RoundStats:
     stream: dict[str, Any] | None = None  # streaming clients: buffers, waits, batch sizes
     adaptive: dict[str, Any] | None = None  # adaptive-delta: the vote on the next round
     injection: dict[str, Any] | None = None  # data injection: samples and bytes both ways
+    time_source: str = "modelled"  # of round_time_s, virtual_time_s, comm_time_s and phases
+    failed: list[str] = field(default_factory=list)  # nodes sent to that gave no usable reply
+    model_payloads: dict[str, int] | None = None  # topk: nodes sent the full model, delta, none
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class ClientReply:
     update: NDArray[np.float32]
     bytes_up: int
     stream: StreamReport | None = None
+    measured: MeasuredTimes | None = None  # timing = "measured"
 
 
 @dataclass(frozen=True)
@@ -155,10 +161,14 @@ class DenseStrategy(FedAvg):
         aggregation_weights: str = "examples",
         lr_scaling: str = "none",
         injection: InjectionPlan | None = None,
+        timing: str = "modelled",
+        min_clients: int = 0,
     ) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology = {topology!r}; allowed values: {', '.join(TOPOLOGIES)}")
         self.topology = topology
+        self.measure = timing == "measured"
+        self._grid: Grid | None = None
         self.aggregation_weights = aggregation_weights
         self.lr_scaling = lr_scaling
         self._last_global_batch: int | None = None  # per local step, summed over clients
@@ -171,8 +181,9 @@ class DenseStrategy(FedAvg):
         super().__init__(
             fraction_train=1.0,
             fraction_evaluate=0.0,  # evaluation is centralized at the server
-            min_train_nodes=num_clients,
-            min_available_nodes=num_clients,
+            # a round starts once min_clients are connected and goes to all connected nodes
+            min_train_nodes=min_clients or num_clients,
+            min_available_nodes=min_clients or num_clients,
             weighted_by_key=NUM_EXAMPLES,
             arrayrecord_key=ARRAYS_KEY,
             configrecord_key=CONFIG_KEY,
@@ -225,6 +236,9 @@ class DenseStrategy(FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        self._grid = grid
+        if isinstance(grid, TimedGrid):
+            grid.forget()  # this round's exchanges are the ones timed from here on
         self.clock.begin_round(server_round)
         config = self._round_config(config, server_round)
         messages = self._with_relayed(
@@ -328,6 +342,7 @@ class DenseStrategy(FedAvg):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if self._global is None:
             raise RuntimeError("aggregate_train called before configure_train")
+        replies = list(replies)
         accepted, refused = self._accept(replies)
         new_global = self._global
         if accepted:
@@ -336,7 +351,7 @@ class DenseStrategy(FedAvg):
                 self._weights([r.num_examples for r in accepted], [r.stream for r in accepted]),
             )
             new_global = self._global + update
-        self._record(server_round, accepted, refused)
+        self._record(server_round, accepted, refused, self._failed(replies, accepted))
         if not accepted:
             return None, None  # keep the old model
         loss = self.stats[server_round].train_loss
@@ -353,6 +368,8 @@ class DenseStrategy(FedAvg):
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
                 shared = self._shared_of(msg.content, reply.num_examples)
+                if self.measure:
+                    reply = replace(reply, measured=measured_times(msg, self._grid))
             except ValueError as exc:
                 log(WARNING, "Refused reply from node %s: %s", node, exc)
                 refused.append(f"node {node}: {exc}")
@@ -364,7 +381,40 @@ class DenseStrategy(FedAvg):
         accepted.sort(key=lambda r: r.partition_id)
         return accepted, refused
 
-    def _record(self, server_round: int, accepted: list[ClientReply], refused: list[str]) -> None:
+    def _failed(self, replies: Sequence[Message], accepted: Iterable[Any]) -> list[str]:
+        """Nodes this round was sent to whose reply never came or was not accepted.
+
+        A node that is gone gets an error reply from the SuperLink (sent as node 0; the
+        TimedGrid knows whom it stands for) or none before the round timeout."""
+        reasons: dict[int, str] = {}
+        for m in replies:
+            node = m.metadata.src_node_id
+            if m.has_error() and isinstance(self._grid, TimedGrid):
+                node = self._grid.destination(m) or node
+            reasons[node] = f"error reply ({m.error.reason})" if m.has_error() else "reply refused"
+        ok = {r.node_id for r in accepted}
+        out = []
+        for node in sorted(set(self._bytes_down) - ok):
+            partition = self._partition_of.get(node)
+            who = f"node {node}" + (f" (partition {partition})" if partition is not None else "")
+            out.append(f"{who}: {reasons.get(node, 'no reply before the round timeout')}")
+            log(WARNING, "%s; the round goes on without it", out[-1])
+        return out
+
+    def _measured_phase_s(self, index: int) -> float | None:
+        """timing = "measured": the server's wall time of this round's ``index``-th exchange."""
+        if not self.measure or not isinstance(self._grid, TimedGrid):
+            return None
+        exchanges = self._grid.exchange_s
+        return exchanges[index] if index < len(exchanges) else None
+
+    def _record(
+        self,
+        server_round: int,
+        accepted: list[ClientReply],
+        refused: list[str],
+        failed: list[str],
+    ) -> None:
         works = [
             ClientWork(
                 client=r.partition_id,
@@ -372,12 +422,13 @@ class DenseStrategy(FedAvg):
                 samples=r.num_examples,
                 bytes_up=r.bytes_up,
                 wait_s=r.stream.wait_s if r.stream is not None else 0.0,
+                measured=r.measured,
             )
             for r in accepted
         ]
         own = [own_samples(r.num_examples, r.stream) for r in accepted]
         self._note_global_batch(own)
-        phase = self.clock.phase("train", works)
+        phase = self.clock.phase("train", works, self._measured_phase_s(0))
         charged = self._charged([phase], works, "dense", 1.0)
         duration = self.clock.advance(charged)
         weights = [r.num_examples for r in accepted]
@@ -391,6 +442,7 @@ class DenseStrategy(FedAvg):
                 "duration_s": phase.duration_s,
                 "bytes_up": bytes_up,
                 "bytes_down": bytes_down,
+                **measured_parts(phase, self.measure),
             }
         ]
         self.stats[server_round] = RoundStats(
@@ -403,6 +455,8 @@ class DenseStrategy(FedAvg):
             train_loss=loss,
             comm_time_s=sum(t.comm_s for t in charged),
             refused=refused,
+            failed=failed,
+            time_source="measured" if self.measure else "modelled",
             phases=rows if self.topology == "star" else self._peer_rows(charged, rows),
             learning_rate=self._learning_rate,
             injection=self._injection_stats,
@@ -411,6 +465,18 @@ class DenseStrategy(FedAvg):
                 [n // self._local_steps for n in own],
             ),
         )
+
+
+def measured_parts(phase: PhaseTiming, measured: bool) -> dict[str, float]:
+    """timing = "measured": the slowest client's download, busy and upload times in a phase."""
+    if not measured or not phase.clients:
+        return {}
+    clients = phase.clients.values()
+    return {
+        "download_s_max": max(t.download_s for t in clients),
+        "busy_s_max": max(t.compute_s for t in clients),
+        "upload_s_max": max(t.upload_s for t in clients),
+    }
 
 
 def train_config_record(

@@ -28,6 +28,10 @@ STREAM_SAMPLES = "stream-samples"  # own stream samples trained on (relayed ones
 STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)
 # Adaptive compression (adaptive-delta > 0): smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
 RESIDUAL_SHARE = "residual-share"
+# timing = "measured": the client's wall clock (Unix seconds) when its handler began and when
+# its reply was made, with every reply
+RECEIVED_AT = "received-at"
+SENT_AT = "sent-at"
 
 # Config keys the server adds to each round's instructions
 ROUND_START_S = "round-start-s"  # virtual time at which the round starts

@@ -34,7 +34,8 @@ from numpy.typing import NDArray
 
 from common.params import Layout
 from common.settings import COLLECTIVES, INDEX_POLICIES, LEADERS
-from server.clock import ClientWork, PhaseTiming, VirtualClock
+from server.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
+from server.timed_grid import TimedGrid
 from strategies.aggregate import scatter_add, weighted_average
 from strategies.codec import (
     PayloadError,
@@ -51,7 +52,7 @@ from strategies.cost_models import (
     star_allgather_topk_s,
     star_allreduce_topk_s,
 )
-from strategies.dense import DenseStrategy, RoundStats, parse_train_metrics
+from strategies.dense import DenseStrategy, RoundStats, measured_parts, parse_train_metrics
 from strategies.injection import InjectionPlan
 from strategies.link_estimator import DOWN, UP, LinkEstimator
 from strategies.protocol import (
@@ -71,6 +72,7 @@ from strategies.protocol import (
 )
 from strategies.ratio_scheduler import Nsga2Schedule
 from strategies.streaming import StreamReport, own_samples, stream_summary
+from strategies.timing import measured_times
 from strategies.topk import topk_indices
 from strategies.wire import content_nbytes
 
@@ -91,6 +93,7 @@ class Participant:
     gains: list[float] | None = None  # cr-schedule = nsga2: gain at each grid ratio
     stream: StreamReport | None = None  # streaming clients: rate, wait, buffer
     residual_share: float | None = None  # adaptive: smoothed |‖e‖² − ‖TopK(e)‖²| / ‖e‖²
+    measured: MeasuredTimes | None = None  # timing = "measured": its train-phase exchange
 
 
 def _gains(content: RecordDict, count: int) -> list[float]:
@@ -150,6 +153,8 @@ class TopKStrategy(DenseStrategy):
         injection: InjectionPlan | None = None,
         schedule: Nsga2Schedule | None = None,
         adaptive_delta: float = 0.0,
+        timing: str = "modelled",
+        min_clients: int = 0,
     ) -> None:
         for name, value, allowed in (
             ("collective", collective, COLLECTIVES),
@@ -166,6 +171,8 @@ class TopKStrategy(DenseStrategy):
             aggregation_weights=aggregation_weights,
             lr_scaling=lr_scaling,
             injection=injection,
+            timing=timing,
+            min_clients=min_clients,
         )
         self.compression_ratio = compression_ratio
         self.k = topk_count(layout.size, compression_ratio)
@@ -195,6 +202,7 @@ class TopKStrategy(DenseStrategy):
         self._compute_s: dict[int, float] = {}  # last virtual compute time per client
         self._predicted: tuple[float | None, float | None] = (None, None)
         self.schedule = schedule  # None: the ratio stays compression-ratio
+        self._payload_counts: dict[str, int] = {}  # this round: nodes per downlink payload
 
     # --- instructions -----------------------------------------------------------------------
 
@@ -210,6 +218,8 @@ class TopKStrategy(DenseStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._grid = grid
+        if isinstance(grid, TimedGrid):
+            grid.forget()  # this round's exchanges are the ones timed from here on
         self.clock.begin_round(server_round)
         if self.schedule is not None:
             links = [self.estimator.estimate(c) for c in range(self.num_clients)]
@@ -227,7 +237,8 @@ class TopKStrategy(DenseStrategy):
         if self.collective == "auto":
             self._mode = self._choose_mode(server_round)
         self._global = self.layout.flatten(arrays)
-        node_ids, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
+        # Wait for min_available_nodes, then send to every connected node.
+        _, node_ids = sample_nodes(grid, self.min_available_nodes, self.min_available_nodes)
         self._config = self._round_config(config, server_round)
         self._config.update(
             {
@@ -244,6 +255,9 @@ class TopKStrategy(DenseStrategy):
         if self._mode == "allreduce" and self.index_policy == "global":
             self._round_index_set = self._next_index_set
         payloads = {node: self._payload_for(node) for node in sorted(node_ids)}
+        self._payload_counts = {
+            p: list(payloads.values()).count(p) for p in sorted(set(payloads.values()))
+        }
         # At most three distinct contents (full, delta, current): build and measure each once.
         contents = {p: self._instruction(p) for p in set(payloads.values())}
         sizes = {id(c): content_nbytes(c) for c in contents.values()}
@@ -331,6 +345,7 @@ class TopKStrategy(DenseStrategy):
         phases: list[tuple[str, list[ClientWork]]] = []
         replies = list(replies)
         train_phase = self._train_phase(replies, refused)
+        failed = self._failed(replies, train_phase)
         participants = train_phase
         if self.schedule is not None:
             self.schedule.observe_gains(
@@ -344,6 +359,7 @@ class TopKStrategy(DenseStrategy):
                 p.num_examples,
                 p.bytes_up,
                 p.stream.wait_s if p.stream is not None else 0.0,
+                p.measured,
             )
             for p in train_phase
         ]
@@ -358,7 +374,7 @@ class TopKStrategy(DenseStrategy):
             indices, values = self._allreduce(self._round_index_set, participants)
         else:
             participants, indices, values = self._leader_phases(
-                server_round, participants, refused, phases
+                server_round, participants, refused, phases, failed
             )
             if self.schedule is not None and participants:
                 self.schedule.observe_shared_gain(_shared_index_factor(participants))
@@ -379,7 +395,7 @@ class TopKStrategy(DenseStrategy):
             self._holds[p.node_id] = sent_version
         if self.adaptive_delta > 0:
             self._vote_on_compression(train_phase)
-        self._record_round(server_round, participants, refused, phases, aggregate_s)
+        self._record_round(server_round, participants, refused, phases, aggregate_s, failed)
         if not participants:
             return None, None
         loss = self.stats[server_round].train_loss
@@ -428,6 +444,8 @@ class TopKStrategy(DenseStrategy):
                     p.gains = _gains(content, len(self.schedule.gain_model.grid))
                 if self.adaptive_delta > 0:
                     p.residual_share = _residual_share(content)
+                if self.measure:
+                    p.measured = measured_times(msg, self._grid)
                 if self._mode == "allgather":
                     p.sparse = Sparse.from_record(self._sparse(content), self.layout.size, self.k)
                 elif expects_values:
@@ -495,6 +513,7 @@ class TopKStrategy(DenseStrategy):
         participants: list[Participant],
         refused: list[str],
         phases: list[tuple[str, list[ClientWork]]],
+        failed: list[str],
     ) -> tuple[list[Participant], NDArray[np.int64] | None, NDArray[np.float32] | None]:
         if not participants:
             return [], None, None
@@ -515,8 +534,12 @@ class TopKStrategy(DenseStrategy):
         )
         reply = leader_replies[0] if leader_replies else None
         index_set: NDArray[np.int64] | None = None
+        measured: MeasuredTimes | None = None
         try:
             if reply is None:
+                failed.append(
+                    f"node {leader.node_id} (partition {leader.partition_id}) (indices): no reply"
+                )
                 raise ValueError("no reply")
             if reply.has_error():
                 raise ValueError(f"client error: {reply.error.reason}")
@@ -524,12 +547,21 @@ class TopKStrategy(DenseStrategy):
             if index_set.size != self.k:
                 raise PayloadError(f"{index_set.size} indices, expected {self.k}")
             bytes_up = content_nbytes(reply.content)
+            if self.measure:
+                measured = measured_times(reply, self._grid)
         except (ValueError, PayloadError, KeyError) as exc:
             self._refuse(refused, leader.node_id, "indices", exc)
             index_set = None
             bytes_up = 0
         phases.append(
-            ("indices", [ClientWork(leader.partition_id, content_nbytes(request), 0, bytes_up)])
+            (
+                "indices",
+                [
+                    ClientWork(
+                        leader.partition_id, content_nbytes(request), 0, bytes_up, measured=measured
+                    )
+                ],
+            )
         )
         if index_set is None:
             return [], None, None  # without the leader's indices this round cannot aggregate
@@ -562,12 +594,20 @@ class TopKStrategy(DenseStrategy):
                 p.compress_s += (
                     _compress_s(msg.content) if METRICS_KEY in msg.content.metric_records else 0.0
                 )
+                measured = measured_times(msg, self._grid) if self.measure else None
             except (ValueError, PayloadError, KeyError) as exc:
                 self._refuse(refused, node, "values", exc)
                 continue
             accepted.append(p)
-            works.append(ClientWork(p.partition_id, down, 0, content_nbytes(msg.content)))
+            works.append(
+                ClientWork(p.partition_id, down, 0, content_nbytes(msg.content), measured=measured)
+            )
         phases.append(("values", works))
+        failed.extend(
+            f"node {p.node_id} (partition {p.partition_id}) (values): no usable reply"
+            for p in participants
+            if p not in accepted
+        )
         accepted.sort(key=lambda p: p.partition_id)
         indices, values = self._allreduce(index_set, accepted)
         return accepted, indices, values
@@ -581,8 +621,12 @@ class TopKStrategy(DenseStrategy):
         refused: list[str],
         phases: Sequence[tuple[str, list[ClientWork]]],
         aggregate_s: float,
+        failed: list[str],
     ) -> None:
-        timings: list[PhaseTiming] = [self.clock.phase(name, works) for name, works in phases]
+        timings: list[PhaseTiming] = [
+            self.clock.phase(name, works, self._measured_phase_s(i))
+            for i, (name, works) in enumerate(phases)
+        ]
         charged = self._charged(timings, phases[0][1], self._mode, self.compression_ratio)
         duration = self.clock.advance(charged)
         for (name, works), timing in zip(phases, timings, strict=True):
@@ -610,6 +654,7 @@ class TopKStrategy(DenseStrategy):
                     "duration_s": timing.duration_s,
                     "bytes_up": sum(w.bytes_up for w in works),
                     "bytes_down": down,
+                    **measured_parts(timing, self.measure),
                 }
             )
         if self.topology != "star":
@@ -631,6 +676,9 @@ class TopKStrategy(DenseStrategy):
             compression_ratio=self.compression_ratio,
             collective=self._mode,
             refused=refused,
+            failed=failed,
+            time_source="measured" if self.measure else "modelled",
+            model_payloads=dict(self._payload_counts),
             phases=phase_rows,
             compress_s=max((p.compress_s for p in participants), default=0.0),
             aggregate_s=aggregate_s,

@@ -42,9 +42,24 @@ class InProcessGrid:
         }
         self.sent: list[tuple[str, int]] = []  # (message type, destination) in send order
         self.fail_nodes: set[int] = set()
+        self._waiting: dict[str, Message] = {}  # push/pull: replies not yet pulled
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Handle each message at once; its reply waits for ``pull_messages``."""
+        ids = []
+        for msg in messages:
+            message_id = f"in-process-{len(self.sent)}"
+            for reply in self.send_and_receive([msg]):
+                reply.metadata.__dict__["_reply_to_message_id"] = message_id
+                self._waiting[message_id] = reply
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self._waiting.pop(i) for i in message_ids if i in self._waiting]
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None

@@ -34,6 +34,10 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
         ({"test_fraction": 1.0}, "test-fraction must be < 1.0"),
         ({"learning_rate": float("nan")}, "learning-rate must be finite"),
         ({"device_mix": 3}, "device-mix must be a string"),
+        ({"timing": "guessed"}, "allowed values: modelled, measured"),
+        ({"min_clients": -1}, "min-clients must be >= 0"),
+        ({"min_clients": 11}, "min-clients (11) exceeds num-clients (10)"),
+        ({"timing": "measured", "topology": "ring"}, "topology = 'ring' can only be modelled"),
     ],
 )
 def test_bad_values_name_the_key(overrides: dict[str, object], message: str) -> None:

@@ -138,6 +138,9 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
         assert new is not None
         arrays = new
         assert strategy.stats[server_round].num_clients == (2 if server_round == 2 else 3)
+    assert strategy.stats[1].failed == [] and strategy.stats[3].failed == []
+    assert strategy.stats[2].failed == ["node 101 (partition 1): no reply before the round timeout"]
+    assert strategy.stats[3].model_payloads == {"delta": 2, "full": 1}
     assert payloads[0] == {100: "full", 101: "full", 102: "full"}
     assert payloads[1] == {100: "delta", 101: "delta", 102: "delta"}
     assert payloads[2] == {100: "delta", 101: "full", 102: "delta"}

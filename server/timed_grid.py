@@ -1,0 +1,125 @@
+"""A Grid that notes when each message left and when its reply came back (wall clock).
+
+Flower's deployment grid polls for replies every 3 s, so a reply's arrival is only known to
+within 3 s, and every phase costs a multiple of 3 s. ``TimedGrid`` delegates everything to the
+grid it wraps but runs ``send_and_receive`` itself with a short poll interval, and remembers,
+per message id, the push time and the time the reply was pulled. The strategies read these to
+measure each client's round trip (timing = "measured").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from flwr.app import Message, RecordDict
+from flwr.proto.node_pb2 import NodeInfo  # type: ignore[attr-defined]
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+
+DEFAULT_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """Server-side wall-clock times of one message and its reply."""
+
+    dst_node_id: int
+    sent_at: float
+    received_at: float | None  # None: no reply (yet)
+
+
+class TimedGrid(Grid):
+    def __init__(
+        self,
+        inner: Grid,
+        poll_s: float = DEFAULT_POLL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if poll_s <= 0:
+            raise ValueError(f"poll interval must be > 0 s, got {poll_s}")
+        self._inner = inner
+        self._poll_s = poll_s
+        self._clock = clock
+        self._trips: dict[str, RoundTrip] = {}
+        self.exchange_s: list[float] = []  # each send_and_receive: push to return, in order
+
+    # --- delegated ----------------------------------------------------------------------------
+
+    def set_run(self, run: Run) -> None:
+        self._inner.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self._inner.run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return self._inner.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self._inner.get_node_ids()
+
+    def get_nodes(self) -> Iterable[NodeInfo]:
+        return self._inner.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(self._inner.push_messages(messages))
+        now = self._clock()
+        for message_id, message in zip(ids, messages, strict=True):
+            if message_id:  # Flower returns "" for a message it could not push
+                self._trips[message_id] = RoundTrip(message.metadata.dst_node_id, now, None)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        replies = list(self._inner.pull_messages(message_ids))
+        now = self._clock()
+        for reply in replies:
+            trip = self._trips.get(reply.metadata.reply_to_message_id)
+            if trip is not None and trip.received_at is None:
+                self._trips[reply.metadata.reply_to_message_id] = RoundTrip(
+                    trip.dst_node_id, trip.sent_at, now
+                )
+        return replies
+
+    # --- timed --------------------------------------------------------------------------------
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Push, then pull every ``poll_s`` until all replies came or ``timeout`` passed."""
+        began = self._clock()
+        pending = {i for i in self.push_messages(messages) if i}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while pending:
+            pulled = list(self.pull_messages(pending))
+            replies.extend(pulled)
+            pending -= {m.metadata.reply_to_message_id for m in pulled}
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(self._poll_s)
+        self.exchange_s.append(self._clock() - began)
+        return replies
+
+    def trip(self, reply: Message) -> RoundTrip | None:
+        """The round trip that ``reply`` answered, if this grid sent it."""
+        return self._trips.get(reply.metadata.reply_to_message_id)
+
+    def destination(self, reply: Message) -> int | None:
+        """The node a reply answers for (Flower's own error replies come from node 0)."""
+        trip = self.trip(reply)
+        return None if trip is None else trip.dst_node_id
+
+    def forget(self) -> None:
+        """Drop the times of earlier exchanges (called as each round is configured)."""
+        self._trips.clear()
+        self.exchange_s.clear()

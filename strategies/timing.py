@@ -1,0 +1,44 @@
+"""Measured times of one reply (timing = "measured"): the client's stamps and the grid's.
+
+download = client began − server pushed; busy = client replied − client began; upload =
+server pulled − client replied. Server and client stamps come from different clocks: keep the
+devices on NTP. Skew moves time between download and upload (each clamped at 0) but not the
+round trip.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from server.clock import MeasuredTimes
+from server.timed_grid import TimedGrid
+from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT
+
+
+def _stamp(reply: Message, key: str) -> float:
+    value = reply.content.metric_records[METRICS_KEY].get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key} {value!r} is not a finite wall-clock time")
+    return float(value)
+
+
+def measured_times(reply: Message, grid: Grid | None) -> MeasuredTimes:
+    """The reply's measured exchange; ValueError names what is missing or inconsistent."""
+    if not isinstance(grid, TimedGrid):
+        raise ValueError("timing = 'measured' needs the ServerApp's TimedGrid")
+    trip = grid.trip(reply)
+    if trip is None or trip.received_at is None:
+        raise ValueError("the grid has no send and receive times for this reply")
+    if METRICS_KEY not in reply.content.metric_records:
+        raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
+    began, replied = _stamp(reply, RECEIVED_AT), _stamp(reply, SENT_AT)
+    if replied < began:
+        raise ValueError(f"{SENT_AT} ({replied}) is before {RECEIVED_AT} ({began})")
+    return MeasuredTimes(
+        download_s=max(0.0, began - trip.sent_at),
+        busy_s=replied - began,
+        upload_s=max(0.0, trip.received_at - replied),
+    )

@@ -1,0 +1,116 @@
+"""Measured times: stamps from the client, push and pull times from the grid, the clock."""
+
+import math
+
+import pytest
+from flwr.app import MetricRecord, RecordDict
+
+from server.clock import ClientWork, MeasuredTimes, VirtualClock
+from server.devices import DeviceProfile
+from server.timed_grid import RoundTrip, TimedGrid
+from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT
+from strategies.timing import measured_times
+from tests.helpers import reply_message
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+
+class OneTripGrid(TimedGrid):
+    def __init__(self, trip: RoundTrip | None) -> None:
+        self._trip = trip
+
+    def trip(self, reply):  # type: ignore[no-untyped-def]
+        return self._trip
+
+
+def _reply(**metrics: float):  # type: ignore[no-untyped-def]
+    return reply_message(RecordDict({METRICS_KEY: MetricRecord(dict(metrics))}), src_node_id=7)
+
+
+def test_download_busy_upload_from_the_four_stamps() -> None:
+    grid = OneTripGrid(RoundTrip(7, sent_at=100.0, received_at=112.5))
+    got = measured_times(_reply(**{RECEIVED_AT: 108.0, SENT_AT: 110.0}), grid)
+    assert got == MeasuredTimes(download_s=8.0, busy_s=2.0, upload_s=2.5)
+
+
+def test_clock_skew_is_clamped_but_never_makes_time() -> None:
+    # The client's clock runs 9 s ahead: upload would be negative, so it is 0.
+    grid = OneTripGrid(RoundTrip(7, sent_at=100.0, received_at=112.5))
+    got = measured_times(_reply(**{RECEIVED_AT: 117.0, SENT_AT: 119.0}), grid)
+    assert got.upload_s == 0.0 and got.download_s == 17.0 and got.busy_s == 2.0
+
+
+@pytest.mark.parametrize(
+    ("metrics", "trip", "match"),
+    [
+        ({RECEIVED_AT: 1.0}, RoundTrip(7, 0.0, 5.0), "sent-at None"),
+        ({RECEIVED_AT: 1.0, SENT_AT: math.nan}, RoundTrip(7, 0.0, 5.0), "sent-at nan"),
+        ({RECEIVED_AT: 3.0, SENT_AT: 2.0}, RoundTrip(7, 0.0, 5.0), "before received-at"),
+        ({RECEIVED_AT: 1.0, SENT_AT: 2.0}, None, "no send and receive times"),
+        ({RECEIVED_AT: 1.0, SENT_AT: 2.0}, RoundTrip(7, 0.0, None), "no send and receive"),
+    ],
+)
+def test_bad_stamps_are_named(metrics, trip, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=match):
+        measured_times(_reply(**metrics), OneTripGrid(trip))
+
+
+def test_measured_needs_the_timed_grid() -> None:
+    with pytest.raises(ValueError, match="TimedGrid"):
+        measured_times(_reply(**{RECEIVED_AT: 1.0, SENT_AT: 2.0}), None)
+
+
+def test_the_clock_charges_measured_times_and_the_measured_phase() -> None:
+    profile = DeviceProfile("slow", 1.0, 1.0, 1.0, 10.0)  # models would say hours
+    clock = VirtualClock({0: profile, 1: profile})
+    works = [
+        ClientWork(0, 10_000, 500, 10_000, measured=MeasuredTimes(3.0, 2.0, 0.5)),
+        ClientWork(1, 10_000, 500, 10_000, measured=MeasuredTimes(1.0, 1.0, 1.0)),
+    ]
+    phase = clock.phase("train", works)
+    assert phase.duration_s == 5.5  # the slowest client, waits inside its busy time
+    assert phase.clients[0].compute_s == 2.0
+    waited = clock.phase("train", works, wall_s=20.0)  # the server waited for a lost node
+    assert waited.duration_s == 20.0
+    assert clock.advance([waited]) == 20.0 and clock.now_s == 20.0
+
+
+def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> None:
+    """In process, the ClientApp stamps its replies, the TimedGrid times the exchanges, and
+    the clock, the estimator and collective = auto run on those times, not on the models."""
+    import numpy as np
+
+    from common.data import DIGITS_SPEC
+    from common.models import build_model
+    from common.params import Layout, model_to_vector
+    from server.app import build_strategy
+    from strategies.dense import train_config_record
+    from tests.federation import InProcessGrid
+    from tests.strategies.test_topk_federation import _settings
+
+    settings = _settings(
+        strategy="topk", compression_ratio=0.1, collective="auto", timing="measured"
+    )
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    # Modelled links of 1 byte/s: any modelled time would be enormous.
+    profile = DeviceProfile("modelled-only", 1.0, 1.0, 1.0, 5.0)
+    strategy = build_strategy(settings, VirtualClock({i: profile for i in range(3)}), layout)
+    grid = TimedGrid(InProcessGrid(settings), poll_s=1e-3)  # type: ignore[arg-type]
+    strategy.start(
+        grid=grid,
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=4,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    stats = [strategy.stats[r] for r in (1, 2, 3, 4)]
+    assert [s.time_source for s in stats] == ["measured"] * 4
+    assert [s.collective for s in stats[:2]] == ["allreduce", "allgather"]  # the probes
+    for s in stats:
+        assert 0 < s.round_time_s < 60  # wall-clock seconds, not the model's hours
+        assert all("busy_s_max" in p for p in s.phases)
+        assert s.failed == []
+    assert [p["name"] for p in stats[0].phases] == ["train", "indices", "values"]
+    assert stats[3].estimated_links is not None and len(stats[3].estimated_links) == 3
+    assert stats[3].predicted_allgather_s is not None
+    assert np.isfinite(stats[3].predicted_allreduce_s)

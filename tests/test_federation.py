@@ -1,0 +1,118 @@
+"""A SuperLink and 3 SuperNodes on loopback, each its own process (Flower's deployment runtime).
+
+Slow by nature: Flower starts a fresh ClientApp process per message and a SuperNode polls
+every 3 s, so a round costs about 10 s here.
+"""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from common.rates import client_rate
+from scripts import run_federation
+from scripts.run_simulation import FLWR_DIR, parse_overrides, resolve_settings
+from server.records import read_rounds
+from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
+
+# Compressed (Top-k at c = 0.1 every round) training on streaming clients at S1-normal rates.
+STREAMING_TOPK = (
+    "configs/scadles.toml adaptive-delta=0 num-clients=3 num-server-rounds=2 seed=5 "
+    "round-timeout-s=120"
+)
+RUN_TIMEOUT_S = 400
+
+
+def _nothing_left() -> bool:
+    return processes_with_env("FLWR_HOME", str(FLWR_DIR / f"federation-{os.getpid()}-")) == []
+
+
+def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
+    assert [r["round"] for r in rows] == list(range(1, rounds + 1))
+    rates = sum(client_rate("S1-normal", i, 3, 5, 0) for i in range(3))
+    for row in rows:
+        assert set(row) >= REQUIRED_ROUND_FIELDS
+        assert row["time_source"] == "measured" and row["failed"] == []
+        assert row["num_clients"] == 3
+        assert row["compression_ratio"] == 0.1 and row["collective"] == "allgather"
+        assert row["bytes_up"] < 3 * 4 * 50_826 / 3  # a tenth of the values, plus indices
+        (phase,) = row["phases"]  # type: ignore[misc]
+        # Measured parts of a real exchange: each positive, and together the phase.
+        for part in ("download_s_max", "busy_s_max", "upload_s_max"):
+            assert phase[part] > 0
+        assert (
+            phase["duration_s"]
+            <= phase["download_s_max"] + phase["busy_s_max"] + (phase["upload_s_max"])
+        )
+        assert row["round_time_s"] == phase["duration_s"]
+        # The rates come from each SuperNode's --node-config.
+        stream = row["stream"]
+        assert isinstance(stream, dict)
+        assert abs(stream["rate_total"] - rates) < 1e-6
+    assert rows[1]["virtual_time_s"] > rows[0]["virtual_time_s"] > 0
+
+
+def test_localhost_federation_trains_compressed_streaming_rounds(tmp_path: Path) -> None:
+    overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
+    code, results = run_federation.run(overrides, timeout_s=RUN_TIMEOUT_S)
+    assert code == 0, (results / "superlink.log").read_text()[-3000:]
+    _check_measured_rounds(read_rounds(results), 2)
+    assert sorted(p.name for p in results.glob("supernode-*.log")) == [
+        "supernode-0.log",
+        "supernode-1.log",
+        "supernode-2.log",
+    ]
+    assert _nothing_left()
+
+
+def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> None:
+    overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
+    code, results = run_federation.run(overrides, tls=True, timeout_s=RUN_TIMEOUT_S)
+    assert code == 0, (results / "superlink.log").read_text()[-3000:]
+    _check_measured_rounds(read_rounds(results), 2)
+    # Each node's key was registered before it connected, and all three authenticated.
+    log = (results / "superlink.log").read_text()
+    assert log.count("/v1/fleet/activate-node") >= 3
+    assert _nothing_left()
+
+
+def _wait_for_rounds(path: Path, count: int, runner: threading.Thread) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (path.exists() and len(path.read_text().splitlines()) >= count):
+        assert time.monotonic() < deadline and runner.is_alive(), f"round {count} never finished"
+        time.sleep(0.2)
+
+
+def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: Path) -> None:
+    results = tmp_path / "run"
+    overrides = run_federation.deployment_overrides(
+        parse_overrides(
+            "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=4 seed=5 "
+            f"min-clients=2 round-timeout-s=15 results-dir={results}"
+        )
+    )
+    codes: list[int] = []
+    with run_federation.local_federation(resolve_settings(overrides), results) as federation:
+        runner = threading.Thread(
+            target=lambda: codes.append(federation.run_app(overrides, timeout_s=RUN_TIMEOUT_S))
+        )
+        runner.start()
+        _wait_for_rounds(results / "rounds.jsonl", 1, runner)
+        federation.crash_node(2)  # SIGKILL while round 2 is out: no goodbye to the SuperLink
+        _wait_for_rounds(results / "rounds.jsonl", 2, runner)
+        federation.start_node(2)  # the device comes back, with empty state
+        runner.join(RUN_TIMEOUT_S)
+    assert codes == [0], (results / "superlink.log").read_text()[-3000:]
+    rows = read_rounds(results)
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert rows[0]["num_clients"] == 3 and rows[0]["failed"] == []
+    # Round 2 went on with the other two (weights renormalised over them); the loss is recorded.
+    assert rows[1]["num_clients"] == 2
+    (failure,) = rows[1]["failed"]  # type: ignore[misc]
+    assert "(partition 2)" in failure
+    # Once back, partition 2 trains again from a full model (a new node holds no replica).
+    back = [r for r in rows[2:] if r["num_clients"] == 3]
+    assert back, [r["failed"] for r in rows]
+    assert back[0]["model_payloads"]["full"] >= 1  # type: ignore[index]
+    assert (results / "summary.json").exists()
+    assert _nothing_left()
