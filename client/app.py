@@ -29,6 +29,7 @@ from common.rates import STREAM_OFF
 from common.settings import Settings
 from strategies.codec import indices_record, topk_count, values_record
 from strategies.dense import reply_content
+from strategies.gain import DEFAULT_GAIN_GRID, gain_curve
 from strategies.injection import shared_record
 from strategies.protocol import (
     ADAPTIVE_RATIO,
@@ -58,7 +59,6 @@ from strategies.protocol import (
     VALUES_ACTION,
     WAIT_S,
 )
-from strategies.ratio_scheduler import DEFAULT_GAIN_GRID, gain_curve
 
 LOCAL_DATA_KEY = "local-data"
 ADAPTIVE_STATE_KEY = "adaptive"

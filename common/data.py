@@ -2,31 +2,28 @@
 
 The held-out test split stays at the server; the rest is partitioned over the clients with
 flwr-datasets partitioners on an in-memory ``datasets.Dataset``.
+
+scikit-learn, ``datasets`` and flwr-datasets are imported where a split is made, not with this
+module: on a device every message starts a fresh ClientApp process, which needs the data
+types on every call but makes its partition only once (then keeps it in ``context.state``);
+the three imports cost seconds (flwr-datasets pulls in plotting libraries).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
-from datasets import ClassLabel, Dataset
-from flwr_datasets.partitioner import (
-    DirichletPartitioner,
-    IidPartitioner,
-    Partitioner,
-    PathologicalPartitioner,
-)
 from numpy.typing import NDArray
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from common.settings import ConfigError, Settings
 
-DIGITS = "digits"
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from flwr_datasets.partitioner import Partitioner
 
-# Partitioning a few thousand rows in memory needs no progress bar on every client call.
-datasets.disable_progress_bars()
+DIGITS = "digits"
 
 
 @dataclass(frozen=True)
@@ -57,6 +54,8 @@ DIGITS_SPEC = DataSpec(image_shape=(1, 8, 8), num_classes=10)
 
 
 def _digits() -> ArrayData:
+    from sklearn.datasets import load_digits
+
     bunch = load_digits()
     # Pixel intensities are 0..16; scale to [0, 1] so a plain SGD step size works.
     x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).astype(np.float32)
@@ -71,6 +70,8 @@ def data_spec(settings: Settings) -> DataSpec:
 
 def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
     """Stratified, seeded split of the bundled digits into (train, test)."""
+    from sklearn.model_selection import train_test_split
+
     data = _digits()
     x_train, x_test, y_train, y_test = train_test_split(
         data.x,
@@ -91,6 +92,12 @@ def server_test_split(settings: Settings) -> ArrayData:
 
 def make_partitioner(settings: Settings) -> Partitioner:
     """The flwr-datasets partitioner that ``partitioner`` names."""
+    from flwr_datasets.partitioner import (
+        DirichletPartitioner,
+        IidPartitioner,
+        PathologicalPartitioner,
+    )
+
     n = settings.num_clients
     if settings.partitioner == "iid":
         return IidPartitioner(num_partitions=n)
@@ -138,6 +145,11 @@ def client_partition(settings: Settings, partition_id: int) -> ArrayData:
 
 
 def _to_dataset(data: ArrayData) -> Dataset:
+    import datasets
+    from datasets import ClassLabel, Dataset
+
+    # Partitioning a few thousand rows in memory needs no progress bar on every client call.
+    datasets.disable_progress_bars()
     ds = Dataset.from_dict({"x": data.x, "label": data.y})
     return ds.cast_column("label", ClassLabel(num_classes=int(data.y.max()) + 1))
 

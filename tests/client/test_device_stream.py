@@ -111,3 +111,19 @@ def test_replies_are_stamped_only_when_timing_is_measured() -> None:
     measured = stamped(reply(), _settings(timing="measured"), received_at=10.0)
     metrics = measured.content.metric_records[METRICS_KEY]
     assert metrics[RECEIVED_AT] == 10.0 and metrics[SENT_AT] >= 10.0
+
+
+def test_the_client_app_imports_no_heavy_library_it_needs_only_once() -> None:
+    """Flower starts a ClientApp process per message: pymoo, scikit-learn, datasets and
+    flwr-datasets (with its plotting stack) would cost seconds every round on a Pi."""
+    import subprocess
+    import sys
+
+    heavy = ("pymoo", "sklearn", "datasets", "flwr_datasets", "matplotlib")
+    code = f"import sys, client.app; print([m for m in {heavy!r} if m in sys.modules])"
+    from common.settings import PROJECT_ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT_ROOT
+    )
+    assert out.stdout.strip() == "[]"

@@ -2,12 +2,12 @@ import numpy as np
 import pytest
 
 from strategies.codec import topk_count
+from strategies.gain import gain_curve
 from strategies.link_estimator import LinkEstimate
 from strategies.ratio_scheduler import (
     GainModel,
     Nsga2Schedule,
     RatioProblem,
-    gain_curve,
     solve,
 )
 from strategies.topk import topk_energy, topk_indices
