@@ -56,6 +56,7 @@ from strategies.protocol import (
     STREAM_SAMPLES,
     TOPK_NORM2,
     TRAIN_LOSS,
+    TRAIN_S,
     VALUES_ACTION,
     WAIT_S,
 )
@@ -104,11 +105,16 @@ def node_stream_rate(context: Context) -> float | None:
     return float(value)
 
 
-def stamped(reply: Message, settings: Settings, received_at: float) -> Message:
-    """timing = "measured": when this handler began and when its reply left (wall clock)."""
+def stamped(
+    reply: Message, settings: Settings, received_at: float, train_s: float | None = None
+) -> Message:
+    """timing = "measured": when this handler began, how long local SGD took, and when its
+    reply left (wall clock)."""
     if settings.timing == "measured":
         metrics = reply.content.metric_records[METRICS_KEY]
         metrics[RECEIVED_AT] = received_at
+        if train_s is not None:
+            metrics[TRAIN_S] = train_s
         metrics[SENT_AT] = time.time()
     return reply
 
@@ -132,6 +138,7 @@ class RoundWork:
     result: TrainResult
     stream: MetricRecord  # stream metrics (empty when streams are off)
     shared: ArrayRecord | None  # data injection: samples this client shares, if asked
+    train_s: float  # wall seconds of local SGD
 
 
 def _relayed(content: RecordDict) -> ArrayData | None:
@@ -202,6 +209,7 @@ def _train(
         rng = np.random.default_rng([settings.seed, 0x1A, partition_id, server_round])
         beta = float(config[INJECT_BETA])  # type: ignore[arg-type]
         shared = _share(data, np.concatenate(batches), beta, rng)  # this round's own samples
+    began = time.perf_counter()
     result = local_sgd(
         model,
         start,
@@ -210,17 +218,19 @@ def _train(
         learning_rate=float(config["learning-rate"]),  # type: ignore[arg-type]
         extra=_relayed(content),
     )
-    return RoundWork(partition_id, result, stream_metrics, shared)
+    return RoundWork(partition_id, result, stream_metrics, shared, time.perf_counter() - began)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     received_at = time.time()
     settings = Settings.from_run_config(context.run_config)
-    return stamped(_train_reply(msg, context, settings), settings, received_at)
+    reply, train_s = _train_reply(msg, context, settings)
+    return stamped(reply, settings, received_at, train_s)
 
 
-def _train_reply(msg: Message, context: Context, settings: Settings) -> Message:
+def _train_reply(msg: Message, context: Context, settings: Settings) -> tuple[Message, float]:
+    """The reply to a training instruction, and how long its local SGD took."""
     config = msg.content.config_records[CONFIG_KEY]
     if settings.strategy == "dense":
         received = msg.content.array_records[ARRAYS_KEY]
@@ -235,7 +245,7 @@ def _train_reply(msg: Message, context: Context, settings: Settings) -> Message:
         content.metric_records[METRICS_KEY].update(work.stream)
         if work.shared is not None:
             content[INJECT_KEY] = work.shared
-        return Message(content=content, reply_to=msg)
+        return Message(content=content, reply_to=msg), work.train_s
 
     start = apply_model(context.state, msg.content, config)
     work = _train(context, settings, msg.content, start)
@@ -273,7 +283,7 @@ def _train_reply(msg: Message, context: Context, settings: Settings) -> Message:
     else:  # allreduce with a leader: keep e until the index and value phases
         metrics[TOPK_NORM2] = hold_compensated(context.state, result.update, k)
     metrics[COMPRESS_S] = time.perf_counter() - began
-    return Message(content=content, reply_to=msg)
+    return Message(content=content, reply_to=msg), work.train_s
 
 
 @app.train(INDICES_ACTION)

@@ -4,8 +4,9 @@
 
 Prints, per results directory, a Markdown row: rounds, the median and mean wall-clock seconds
 per round (from ``wall_time_s``, evaluation included), and for measured runs the medians of the
-slowest client's download, busy and upload times in the training phase. The first round is
-left out of the per-round figures (start-up: data loading, first imports, node registration).
+slowest client's download, busy (of which local SGD) and upload times in the training phase.
+The first round is left out of the per-round figures (start-up: data loading, first imports,
+node registration).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def summary_row(name: str, rows: list[dict[str, Any]]) -> str:
         f"{statistics.median(steps):.2f}",
         f"{statistics.fmean(steps):.2f}",
     ]
-    for part in ("download_s_max", "busy_s_max", "upload_s_max"):
+    for part in ("download_s_max", "busy_s_max", "train_s_max", "upload_s_max"):
         value = _median_part(rows, part)
         cells.append("" if value is None else f"{value:.2f}")
     return "| " + " | ".join(cells) + " |"
@@ -57,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(
         "| run | rounds | times | median s/round | mean s/round "
-        "| download (median) | busy (median) | upload (median) |"
+        "| download (median) | busy (median) | of which SGD | upload (median) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in args.dirs:
         print(summary_row(path.name, read_rounds(path)))
     return 0

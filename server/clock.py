@@ -23,6 +23,7 @@ class MeasuredTimes:
     download_s: float  # server push -> client handler start (SuperNode poll, ClientApp start)
     busy_s: float  # client handler start -> reply made (waits, training, compression)
     upload_s: float  # reply made -> server pulled it
+    train_s: float = 0.0  # of busy_s: local SGD alone (training replies)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class ClientTiming:
     compute_s: float
     upload_s: float
     wait_s: float = 0.0
+    train_s: float = 0.0  # measured only: local SGD, a part of compute_s
 
     @property
     def total_s(self) -> float:
@@ -101,7 +103,9 @@ class VirtualClock:
         if work.measured is not None:
             # On a device the wait comes after the download, inside the busy time.
             m = work.measured
-            return ClientTiming(download_s=m.download_s, compute_s=m.busy_s, upload_s=m.upload_s)
+            return ClientTiming(
+                download_s=m.download_s, compute_s=m.busy_s, upload_s=m.upload_s, train_s=m.train_s
+            )
         p = self.profile(work.client)
         if work.samples < 0:
             raise ValueError(f"client {work.client}: samples must be >= 0, got {work.samples}")

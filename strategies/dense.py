@@ -475,6 +475,7 @@ def measured_parts(phase: PhaseTiming, measured: bool) -> dict[str, float]:
     return {
         "download_s_max": max(t.download_s for t in clients),
         "busy_s_max": max(t.compute_s for t in clients),
+        "train_s_max": max(t.train_s for t in clients),
         "upload_s_max": max(t.upload_s for t in clients),
     }
 

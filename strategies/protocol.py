@@ -32,6 +32,7 @@ RESIDUAL_SHARE = "residual-share"
 # its reply was made, with every reply
 RECEIVED_AT = "received-at"
 SENT_AT = "sent-at"
+TRAIN_S = "train-s"  # wall seconds of local SGD (training replies), part of the busy time
 
 # Config keys the server adds to each round's instructions
 ROUND_START_S = "round-start-s"  # virtual time at which the round starts

@@ -15,7 +15,7 @@ from flwr.serverapp import Grid
 
 from server.clock import MeasuredTimes
 from server.timed_grid import TimedGrid
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT
+from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 
 
 def _stamp(reply: Message, key: str) -> float:
@@ -37,8 +37,14 @@ def measured_times(reply: Message, grid: Grid | None) -> MeasuredTimes:
     began, replied = _stamp(reply, RECEIVED_AT), _stamp(reply, SENT_AT)
     if replied < began:
         raise ValueError(f"{SENT_AT} ({replied}) is before {RECEIVED_AT} ({began})")
+    train_s = 0.0
+    if TRAIN_S in reply.content.metric_records[METRICS_KEY]:
+        train_s = _stamp(reply, TRAIN_S)
+        if not 0.0 <= train_s <= replied - began:
+            raise ValueError(f"{TRAIN_S} {train_s} is not within the busy time {replied - began}")
     return MeasuredTimes(
         download_s=max(0.0, began - trip.sent_at),
         busy_s=replied - began,
         upload_s=max(0.0, trip.received_at - replied),
+        train_s=train_s,
     )

@@ -38,8 +38,9 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
         assert row["bytes_up"] < 3 * 4 * 50_826 / 3  # a tenth of the values, plus indices
         (phase,) = row["phases"]  # type: ignore[misc]
         # Measured parts of a real exchange: each positive, and together the phase.
-        for part in ("download_s_max", "busy_s_max", "upload_s_max"):
+        for part in ("download_s_max", "busy_s_max", "upload_s_max", "train_s_max"):
             assert phase[part] > 0
+        assert phase["train_s_max"] <= phase["busy_s_max"]
         assert (
             phase["duration_s"]
             <= phase["download_s_max"] + phase["busy_s_max"] + (phase["upload_s_max"])

@@ -8,7 +8,7 @@ from client.app import node_stream_rate, stamped
 from client.stream_round import draw_stream_round
 from client.streams import WallClock
 from common.settings import Settings, default_run_config
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT
+from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 from tests.helpers import reply_message
 
 
@@ -108,9 +108,9 @@ def test_replies_are_stamped_only_when_timing_is_measured() -> None:
 
     modelled = stamped(reply(), _settings(), received_at=10.0)
     assert set(modelled.content.metric_records[METRICS_KEY]) == {"x"}
-    measured = stamped(reply(), _settings(timing="measured"), received_at=10.0)
+    measured = stamped(reply(), _settings(timing="measured"), received_at=10.0, train_s=0.25)
     metrics = measured.content.metric_records[METRICS_KEY]
-    assert metrics[RECEIVED_AT] == 10.0 and metrics[SENT_AT] >= 10.0
+    assert metrics[RECEIVED_AT] == 10.0 and metrics[SENT_AT] >= 10.0 and metrics[TRAIN_S] == 0.25
 
 
 def test_the_client_app_imports_no_heavy_library_it_needs_only_once() -> None:

@@ -8,7 +8,7 @@ from flwr.app import MetricRecord, RecordDict
 from server.clock import ClientWork, MeasuredTimes, VirtualClock
 from server.devices import DeviceProfile
 from server.timed_grid import RoundTrip, TimedGrid
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT
+from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 from strategies.timing import measured_times
 from tests.helpers import reply_message
 
@@ -29,8 +29,9 @@ def _reply(**metrics: float):  # type: ignore[no-untyped-def]
 
 def test_download_busy_upload_from_the_four_stamps() -> None:
     grid = OneTripGrid(RoundTrip(7, sent_at=100.0, received_at=112.5))
-    got = measured_times(_reply(**{RECEIVED_AT: 108.0, SENT_AT: 110.0}), grid)
-    assert got == MeasuredTimes(download_s=8.0, busy_s=2.0, upload_s=2.5)
+    got = measured_times(_reply(**{RECEIVED_AT: 108.0, SENT_AT: 110.0, TRAIN_S: 1.5}), grid)
+    assert got == MeasuredTimes(download_s=8.0, busy_s=2.0, upload_s=2.5, train_s=1.5)
+    assert measured_times(_reply(**{RECEIVED_AT: 108.0, SENT_AT: 110.0}), grid).train_s == 0.0
 
 
 def test_clock_skew_is_clamped_but_never_makes_time() -> None:
@@ -47,6 +48,7 @@ def test_clock_skew_is_clamped_but_never_makes_time() -> None:
         ({RECEIVED_AT: 1.0, SENT_AT: math.nan}, RoundTrip(7, 0.0, 5.0), "sent-at nan"),
         ({RECEIVED_AT: 3.0, SENT_AT: 2.0}, RoundTrip(7, 0.0, 5.0), "before received-at"),
         ({RECEIVED_AT: 1.0, SENT_AT: 2.0}, None, "no send and receive times"),
+        ({RECEIVED_AT: 1.0, SENT_AT: 2.0, TRAIN_S: 3.0}, RoundTrip(7, 0.0, 5.0), "within the busy"),
         ({RECEIVED_AT: 1.0, SENT_AT: 2.0}, RoundTrip(7, 0.0, None), "no send and receive"),
     ],
 )
@@ -109,6 +111,7 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     for s in stats:
         assert 0 < s.round_time_s < 60  # wall-clock seconds, not the model's hours
         assert all("busy_s_max" in p for p in s.phases)
+        assert 0 < s.phases[0]["train_s_max"] <= s.phases[0]["busy_s_max"]
         assert s.failed == []
     assert [p["name"] for p in stats[0].phases] == ["train", "indices", "values"]
     assert stats[3].estimated_links is not None and len(stats[3].estimated_links) == 3
