@@ -150,6 +150,9 @@ class Settings:
     lr_scaling: str = _spec(
         choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
     )
+    lr_scale_max: float = _spec(
+        minimum=0.0, doc="linear lr scaling: largest factor (0: no cap)"
+    )
     injection_alpha: float = _spec(
         minimum=0.0, maximum=1.0, doc="data injection: share of clients that share; 0: off"
     )

@@ -78,6 +78,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> D
         "topology": settings.topology,
         "aggregation_weights": settings.aggregation_weights,
         "lr_scaling": settings.lr_scaling,
+        "lr_scale_max": settings.lr_scale_max,
         "injection": injection,
         "timing": settings.timing,
         "min_clients": settings.min_clients,

@@ -160,6 +160,7 @@ class DenseStrategy(FedAvg):
         topology: str = "star",
         aggregation_weights: str = "examples",
         lr_scaling: str = "none",
+        lr_scale_max: float = 0.0,
         injection: InjectionPlan | None = None,
         timing: str = "modelled",
         min_clients: int = 0,
@@ -171,6 +172,7 @@ class DenseStrategy(FedAvg):
         self._grid: Grid | None = None
         self.aggregation_weights = aggregation_weights
         self.lr_scaling = lr_scaling
+        self.lr_scale_max = lr_scale_max
         self._last_global_batch: int | None = None  # per local step, summed over clients
         self._local_steps = 1
         self._learning_rate: float | None = None
@@ -270,6 +272,7 @@ class DenseStrategy(FedAvg):
                 self._last_global_batch,
                 int(config.get("batch-size", 1)),  # type: ignore[arg-type]
                 self.num_clients,
+                self.lr_scale_max,
             )
             out["learning-rate"] = self._learning_rate
         return out

@@ -81,13 +81,23 @@ def update_weights(
 
 
 def learning_rate(
-    base: float, policy: str, last_global_batch: int | None, batch_size: int, num_clients: int
+    base: float,
+    policy: str,
+    last_global_batch: int | None,
+    batch_size: int,
+    num_clients: int,
+    scale_max: float = 0.0,
 ) -> float:
-    """This round's learning rate (the base one until a round has reported its batches)."""
+    """This round's learning rate (the base one until a round has reported its batches).
+
+    ``scale_max`` > 0 caps the linear factor: the rule holds for moderately larger batches,
+    and rounds that last seconds (a real deployment) make rate batches, and so the factor,
+    grow without bound."""
     if policy == "none" or last_global_batch is None:
         return base
     if policy == "linear":
-        return base * last_global_batch / (batch_size * num_clients)
+        scale = last_global_batch / (batch_size * num_clients)
+        return base * (min(scale, scale_max) if scale_max > 0 else scale)
     raise ValueError(f"lr-scaling = {policy!r}; allowed: {', '.join(LR_SCALINGS)}")
 
 

@@ -5,11 +5,15 @@ every 3 s, so a round costs about 10 s here.
 """
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from common.rates import client_rate
+from common.settings import PROJECT_ROOT
 from scripts import run_federation
 from scripts.run_simulation import FLWR_DIR, parse_overrides, resolve_settings
 from server.records import read_rounds
@@ -117,3 +121,34 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
     assert back[0]["model_payloads"]["full"] >= 1  # type: ignore[index]
     assert (results / "summary.json").exists()
     assert _nothing_left()
+
+
+def test_ctrl_c_stops_the_superlink_and_every_supernode(tmp_path: Path) -> None:
+    results = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scripts.run_federation",
+            "--run-config",
+            f"num-clients=2 num-server-rounds=100 results-dir={results}",
+        ],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        rounds = results / "rounds.jsonl"
+        while not (rounds.exists() and rounds.read_text().strip()):  # mid-run, nodes busy
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            assert time.monotonic() < deadline, "no round finished"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130
+    assert not (results / "summary.json").exists()
+    assert processes_with_env("FLWR_HOME", str(FLWR_DIR / f"federation-{proc.pid}-")) == []

@@ -80,6 +80,9 @@ def test_weights_and_learning_rate_scaling() -> None:
     assert learning_rate(0.5, "linear", None, 32, 10) == 0.5  # nothing reported yet
     assert learning_rate(0.5, "linear", 640, 32, 10) == pytest.approx(1.0)  # 2x the base batch
     assert learning_rate(0.5, "none", 640, 32, 10) == 0.5
+    # A cap binds only above it: 15x the base batch is held at 4x, 2x stays 2x.
+    assert learning_rate(0.5, "linear", 4800, 32, 10, scale_max=4.0) == pytest.approx(2.0)
+    assert learning_rate(0.5, "linear", 640, 32, 10, scale_max=4.0) == pytest.approx(1.0)
 
 
 def test_linear_scaling_follows_the_last_global_batch() -> None:
