@@ -3,13 +3,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-RUN_CONFIG ?=
+RUN_CONFIG ?= configs/flagship.toml
+NAME ?= smoke
+JOBS ?= 2
 PYTEST_ARGS ?=
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgeflex-installed
 
-.PHONY: venv run test lint clean
+.PHONY: venv run compare test lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +25,9 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m scripts.run_simulation --run-config "$(RUN_CONFIG)"
+
+compare: $(STAMP)
+	$(BIN)/python -m scripts.compare $(NAME) --jobs $(JOBS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,158 @@
+"""The comparison table: per run, mean ± sd over seeds of what its records say.
+
+Per seed: final and best accuracy, virtual seconds to the target (first round at or above
+it), speedup against the baseline run of the same seed (its time to target / this run's),
+uplink and downlink bytes, communication time (virtual seconds spent transferring, summed over
+rounds), and the peak buffer (the largest occupancy of any client, in
+samples, over the run; streaming runs only). Means and sample standard deviations are over
+the seeds where the value exists; ``reached`` counts the seeds that reached the target.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scripts.time_to_target import time_to_target
+
+METRICS = (
+    "final_accuracy",
+    "best_accuracy",
+    "time_to_target_s",
+    "speedup",
+    "bytes_up",
+    "bytes_down",
+    "comm_time_s",
+    "peak_buffer_samples",
+)
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    final_accuracy: float
+    best_accuracy: float
+    time_to_target_s: float | None
+    bytes_up: int
+    bytes_down: int
+    peak_buffer_samples: int | None
+    comm_time_s: float = 0.0
+
+
+def seed_result(rows: Sequence[Mapping[str, Any]], target: float) -> SeedResult:
+    if not rows:
+        raise ValueError("a run without rounds")
+    hit = time_to_target([dict(r) for r in rows], target)
+    buffers = [r["stream"]["buffer_samples_max"] for r in rows if r.get("stream")]
+    return SeedResult(
+        final_accuracy=float(rows[-1]["accuracy"]),
+        best_accuracy=max(float(r["accuracy"]) for r in rows),
+        time_to_target_s=None if hit is None else hit[1],
+        bytes_up=sum(int(r["bytes_up"]) for r in rows),
+        bytes_down=sum(int(r["bytes_down"]) for r in rows),
+        peak_buffer_samples=max(buffers) if buffers else None,
+        comm_time_s=sum(float(r.get("comm_time_s", 0.0)) for r in rows),
+    )
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float | None
+    sd: float | None  # None with fewer than two values
+    n: int
+
+
+def stat(values: Sequence[float | None]) -> Stat:
+    present = [float(v) for v in values if v is not None]
+    if not present:
+        return Stat(None, None, 0)
+    sd = statistics.stdev(present) if len(present) > 1 else None
+    return Stat(statistics.fmean(present), sd, len(present))
+
+
+def summarise(
+    results: Mapping[str, Mapping[int, SeedResult]], baselines: Mapping[str, str]
+) -> dict[str, dict[str, Stat]]:
+    """Per run, per metric: the stat over seeds. Speedup pairs each seed with the same seed
+    of the run's baseline (``baselines``: run name -> baseline run name)."""
+    out: dict[str, dict[str, Stat]] = {}
+    for name, by_seed in results.items():
+        base = results.get(baselines[name], {})
+        speedups: list[float | None] = []
+        for seed, result in by_seed.items():
+            base_t = base[seed].time_to_target_s if seed in base else None
+            own_t = result.time_to_target_s
+            speedups.append(base_t / own_t if base_t is not None and own_t else None)
+        seeds = list(by_seed.values())
+        out[name] = {
+            "final_accuracy": stat([r.final_accuracy for r in seeds]),
+            "best_accuracy": stat([r.best_accuracy for r in seeds]),
+            "time_to_target_s": stat([r.time_to_target_s for r in seeds]),
+            "speedup": stat(speedups),
+            "bytes_up": stat([float(r.bytes_up) for r in seeds]),
+            "bytes_down": stat([float(r.bytes_down) for r in seeds]),
+            "comm_time_s": stat([r.comm_time_s for r in seeds]),
+            "peak_buffer_samples": stat([r.peak_buffer_samples for r in seeds]),
+        }
+    return out
+
+
+def _cell(s: Stat, scale: float = 1.0, digits: int = 2) -> str:
+    if s.mean is None:
+        return "-"
+    text = f"{s.mean / scale:.{digits}f}"
+    return text if s.sd is None else f"{text} ± {s.sd / scale:.{digits}f}"
+
+
+def write_csv(path: Path, table: Mapping[str, Mapping[str, Stat]], seeds: int) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        header = ["run", "seeds"]
+        for metric in METRICS:
+            header += [f"{metric}_mean", f"{metric}_sd", f"{metric}_n"]
+        writer.writerow(header)
+        for name, stats in table.items():
+            row: list[Any] = [name, seeds]
+            for metric in METRICS:
+                s = stats[metric]
+                row += ["" if s.mean is None else s.mean, "" if s.sd is None else s.sd, s.n]
+            writer.writerow(row)
+
+
+def markdown(
+    table: Mapping[str, Mapping[str, Stat]],
+    *,
+    target: float,
+    baselines: Mapping[str, str],
+    seeds: int,
+) -> str:
+    lines = [
+        f"| run | final acc | best acc | reached {target:g} | virtual s to {target:g} "
+        "| speedup (baseline) | MB up | MB down | comm s | peak buffer (samples) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in table.items():
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    name,
+                    _cell(s["final_accuracy"], digits=4),
+                    _cell(s["best_accuracy"], digits=4),
+                    f"{s['time_to_target_s'].n}/{seeds}",
+                    _cell(s["time_to_target_s"], digits=1),
+                    "-"
+                    if s["speedup"].mean is None
+                    else f"{_cell(s['speedup'])}x ({baselines[name]})",
+                    _cell(s["bytes_up"], scale=1e6, digits=1),
+                    _cell(s["bytes_down"], scale=1e6, digits=1),
+                    _cell(s["comm_time_s"], digits=1),
+                    _cell(s["peak_buffer_samples"], digits=0),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
