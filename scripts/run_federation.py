@@ -9,8 +9,9 @@ The processes are the ones a real deployment runs (docs/deployment.md), here all
    node's public key registered with ``flwr supernode register`` before it connects);
 2. one ``flower-supernode`` per client, its identity in ``--node-config``: ``partition-id``,
    ``num-partitions`` and, when streams are on, the device's ``stream-rate``;
-3. ``flwr run . <connection> --stream`` with ``timing = "measured"`` unless the run config says
-   otherwise.
+3. ``flwr run . <connection> --stream`` with ``timing = "measured"`` and ``lr-scale-max = 1``
+   unless the run config says otherwise (rounds of seconds make rate batches, and so an
+   uncapped linear learning-rate factor, large enough to diverge; README).
 Every process is stopped by PID (with everything it started) when the run ends, fails or is
 interrupted. Exit code 0 only when the run wrote its ``summary.json``.
 """
@@ -245,8 +246,9 @@ def _register(federation: Federation, public_key: Path) -> None:
 
 
 def deployment_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """A deployment measures its times unless told otherwise."""
-    return {"timing": "measured", **overrides}
+    """A deployment measures its times, and linear lr scaling never raises the learning rate,
+    unless told otherwise."""
+    return {"timing": "measured", "lr-scale-max": 1.0, **overrides}
 
 
 def run(

@@ -25,8 +25,13 @@ def test_each_supernode_is_told_its_partition_and_stream_rate() -> None:
 
 
 def test_deployment_measures_unless_told_otherwise() -> None:
-    assert deployment_overrides({"seed": 1})["timing"] == "measured"
+    assert deployment_overrides({"seed": 1}) == {
+        "timing": "measured",
+        "lr-scale-max": 1.0,
+        "seed": 1,
+    }
     assert deployment_overrides({"timing": "modelled"})["timing"] == "modelled"
+    assert deployment_overrides({"lr-scale-max": 0.0})["lr-scale-max"] == 0.0
 
 
 def test_server_certificate_is_signed_by_the_ca_for_the_given_hosts(tmp_path: Path) -> None:
