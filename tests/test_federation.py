@@ -41,14 +41,13 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
         assert row["compression_ratio"] == 0.1 and row["collective"] == "allgather"
         assert row["bytes_up"] < 3 * 4 * 50_826 / 3  # a tenth of the values, plus indices
         (phase,) = row["phases"]  # type: ignore[misc]
-        # Measured parts of a real exchange: each positive, and together the phase.
+        # Measured parts of a real exchange: each positive, and together the phase (the
+        # server sees a reply at its next poll, 0.1 s; the client stamps are rounded too).
         for part in ("download_s_max", "busy_s_max", "upload_s_max", "train_s_max"):
             assert phase[part] > 0
         assert phase["train_s_max"] <= phase["busy_s_max"]
-        assert (
-            phase["duration_s"]
-            <= phase["download_s_max"] + phase["busy_s_max"] + (phase["upload_s_max"])
-        )
+        parts = phase["download_s_max"] + phase["busy_s_max"] + phase["upload_s_max"]
+        assert 0.5 * parts <= phase["duration_s"] <= parts + 0.5
         assert row["round_time_s"] == phase["duration_s"]
         # The rates come from each SuperNode's --node-config.
         stream = row["stream"]
@@ -93,7 +92,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
     overrides = run_federation.deployment_overrides(
         parse_overrides(
             "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=4 seed=5 "
-            f"min-clients=2 round-timeout-s=15 results-dir={results}"
+            f"min-clients=2 round-timeout-s=30 results-dir={results}"
         )
     )
     codes: list[int] = []
