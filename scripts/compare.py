@@ -6,7 +6,8 @@
 
 Each (run, seed) is one ``scripts.run_simulation`` process (its own SuperLink, stopped by PID)
 writing to ``<out>/<run>/seed-<seed>/`` with its terminal output in ``run.log`` there. A run
-whose ``summary.json`` exists is skipped, so an interrupted sweep resumes where it stopped.
+whose ``summary.json`` exists with the configuration asked for is skipped, so an interrupted
+sweep resumes where it stopped (an entry edited since is run again).
 ``--jobs`` runs that many at once (default 2: one per core). On Ctrl-C every running run is
 stopped (each stops its own SuperLink) and nothing is left running.
 
@@ -33,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common.settings import PROJECT_ROOT, ConfigError
 from scripts import compare_plots, compare_spec, compare_table
-from scripts.run_simulation import format_overrides
+from scripts.run_simulation import format_overrides, resolve_settings
 from server.records import read_rounds
 
 DEFAULT_OUT = PROJECT_ROOT / "results" / "compare"
@@ -45,10 +46,21 @@ class Job:
     seed: int
     results_dir: Path
     overrides: dict[str, Any]
+    expected: dict[str, Any]  # the resolved run config, results-dir left out
+
+    @property
+    def recorded(self) -> bool:
+        return (self.results_dir / "summary.json").exists()
 
     @property
     def done(self) -> bool:
-        return (self.results_dir / "summary.json").exists()
+        """Finished with the configuration the comparison file asks for now (records of an
+        edited entry are not reused)."""
+        if not self.recorded:
+            return False
+        config = json.loads((self.results_dir / "summary.json").read_text())["config"]
+        config.pop("results-dir", None)
+        return bool(config == self.expected)
 
 
 def plan(comparison: compare_spec.Comparison, out: Path) -> list[Job]:
@@ -57,7 +69,10 @@ def plan(comparison: compare_spec.Comparison, out: Path) -> list[Job]:
     for seed in comparison.seeds:
         for run in comparison.runs:
             directory = out / run.name / f"seed-{seed}"
-            jobs.append(Job(run.name, seed, directory, comparison.overrides(run, seed, directory)))
+            overrides = comparison.overrides(run, seed, directory)
+            expected = resolve_settings(overrides).to_run_config()
+            expected.pop("results-dir")
+            jobs.append(Job(run.name, seed, directory, overrides, expected))
     return jobs
 
 
@@ -195,10 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     jobs = plan(comparison, out)
     skipped = sum(j.done for j in jobs)
+    stale = [j for j in jobs if j.recorded and not j.done]
     print(
         f"edgeflex: {comparison.name}: {len(comparison.runs)} runs x {len(comparison.seeds)} "
         f"seeds in {out} ({skipped} already done, skipped)"
     )
+    for job in stale:
+        print(f"edgeflex: {job.run} seed {job.seed}: its records have another configuration; rerun")
     began = time.monotonic()
     try:
         failed = run_all(jobs, args.jobs)

@@ -38,6 +38,10 @@ def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path
     jobs = compare.plan(compare_spec.load(compare_spec.find("smoke")), out)
     assert all(job.done for job in jobs)
     assert compare.main(["smoke", "--out", str(out)]) == 0
+    # An edited entry is not taken from the old records.
+    edited = compare.plan(compare_spec.load(compare_spec.find("smoke")), out)[1]
+    edited.expected["learning-rate"] = 0.123
+    assert edited.recorded and not edited.done
     assert stamps == {
         run: (out / run / "seed-3" / "summary.json").stat().st_mtime_ns
         for run in ("dense", "topk-0.1")
