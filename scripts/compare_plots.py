@@ -69,7 +69,7 @@ def plot_ratio_schedule(
     records: Mapping[str, Sequence[Rows]], configs: Mapping[str, Mapping[str, Any]], out: Path
 ) -> Path | None:
     """Per adapting run (first seed): c per round coloured by collective; below, the link
-    schedule (latency and bandwidth of client 0) of the first such run's network."""
+    schedule (latency and bandwidth of client 0) of the longest such run's network."""
     adapting = [name for name, runs in records.items() if _adapts(runs[0])]
     if not adapting:
         return None
@@ -86,7 +86,8 @@ def plot_ratio_schedule(
         ax.set_ylabel("c")
         ax.set_title(name, fontsize=9)
         ax.legend(loc="upper right", fontsize=7)
-    config = configs[adapting[0]]
+    longest = max(adapting, key=lambda name: len(records[name][0]))  # its rounds span the rest
+    config = configs[longest]
     devices = load_catalog(PROJECT_ROOT / config["devices-file"]).assign(
         config["device-mix"], config["num-clients"]
     )
@@ -96,7 +97,7 @@ def plot_ratio_schedule(
         config["num-clients"],
         config["seed"],
     )
-    rounds = [r["round"] for r in records[adapting[0]][0]]
+    rounds = [r["round"] for r in records[longest][0]]
     links = [schedule.profiles(r, devices)[0] for r in rounds]
     bottom = axes[-1]
     bottom.plot(rounds, [p.latency_s * 1e3 for p in links], color="tab:red")
