@@ -15,9 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common.settings import PROJECT_ROOT  # noqa: E402
-from server.devices import load_catalog  # noqa: E402
-from server.network import load_schedule  # noqa: E402
+from scripts.plot_ratio_schedule import client0_links  # noqa: E402
 
 Rows = Sequence[Mapping[str, Any]]
 COLLECTIVE_COLOURS = {"allgather": "tab:blue", "allreduce": "tab:orange", "dense": "tab:gray"}
@@ -88,17 +86,8 @@ def plot_ratio_schedule(
         ax.legend(loc="upper right", fontsize=7)
     longest = max(adapting, key=lambda name: len(records[name][0]))  # its rounds span the rest
     config = configs[longest]
-    devices = load_catalog(PROJECT_ROOT / config["devices-file"]).assign(
-        config["device-mix"], config["num-clients"]
-    )
-    schedule = load_schedule(
-        PROJECT_ROOT / config["networks-file"],
-        config["network"],
-        config["num-clients"],
-        config["seed"],
-    )
     rounds = [r["round"] for r in records[longest][0]]
-    links = [schedule.profiles(r, devices)[0] for r in rounds]
+    links = client0_links(config, rounds)
     bottom = axes[-1]
     bottom.plot(rounds, [p.latency_s * 1e3 for p in links], color="tab:red")
     bottom.set_ylabel("latency (ms)", color="tab:red")

@@ -44,12 +44,13 @@ def _alt_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    data = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
+def write_private_key(
+    path: Path,
+    key: ec.EllipticCurvePrivateKey,
+    fmt: serialization.PrivateFormat = serialization.PrivateFormat.TraditionalOpenSSL,
+) -> None:
+    """Write ``key`` unencrypted as PEM, readable by its owner only (mode 0600)."""
+    data = key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
@@ -110,9 +111,9 @@ def make_certificates(out_dir: Path, hosts: Sequence[str] = (), days: int = 365)
 
     paths = [out_dir / n for n in ("ca.crt", "ca.key", "server.pem", "server.key")]
     paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(paths[1], ca_key)
+    write_private_key(paths[1], ca_key)
     paths[2].write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(paths[3], server_key)
+    write_private_key(paths[3], server_key)
     return paths
 
 

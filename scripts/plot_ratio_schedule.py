@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -19,18 +21,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common.settings import PROJECT_ROOT  # noqa: E402
-from server.devices import load_catalog  # noqa: E402
+from server.devices import DeviceProfile, load_catalog  # noqa: E402
 from server.network import load_schedule  # noqa: E402
 from server.records import read_rounds  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("results_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    rows = read_rounds(args.results_dir)
-    config = json.loads((args.results_dir / "summary.json").read_text())["config"]
+def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[DeviceProfile]:
+    """Client 0's link in each of ``rounds`` under a run's resolved configuration."""
     devices = load_catalog(PROJECT_ROOT / config["devices-file"]).assign(
         config["device-mix"], config["num-clients"]
     )
@@ -40,8 +37,18 @@ def main() -> None:
         config["num-clients"],
         config["seed"],
     )
+    return [schedule.profiles(r, devices)[0] for r in rounds]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = read_rounds(args.results_dir)
+    config = json.loads((args.results_dir / "summary.json").read_text())["config"]
     rounds = [r["round"] for r in rows]
-    links = [schedule.profiles(r, devices)[0] for r in rounds]
+    links = client0_links(config, rounds)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     colours = {"allgather": "tab:blue", "allreduce": "tab:orange"}
     for mode, colour in colours.items():

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,8 +34,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from common.rates import STREAM_OFF, client_rate
-from common.settings import PROJECT_ROOT, ConfigError, Settings
-from scripts.make_certificates import make_certificates
+from common.settings import PROJECT_ROOT, Settings
+from scripts.make_certificates import make_certificates, write_private_key
 from scripts.processes import kill_tree, stop_tree
 from scripts.run_simulation import (
     CONNECTION,
@@ -44,8 +43,8 @@ from scripts.run_simulation import (
     flower_env,
     format_overrides,
     free_port,
+    launch,
     local_superlink,
-    parse_overrides,
     resolve_settings,
     write_connection,
 )
@@ -162,15 +161,7 @@ def node_config(settings: Settings, partition_id: int) -> str:
 def _node_key(path: Path) -> Path:
     """An ECDSA key pair for SuperNode authentication; returns the public key's path."""
     key = ec.generate_private_key(ec.SECP384R1())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.OpenSSH,
-                serialization.NoEncryption(),
-            )
-        )
+    write_private_key(path, key, serialization.PrivateFormat.OpenSSH)  # what Flower reads
     public = path.with_suffix(".pub")
     public.write_bytes(
         key.public_key().public_bytes(
@@ -271,10 +262,6 @@ def run(
     return code, results_dir
 
 
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
@@ -284,25 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         help="TLS with a fresh CA and SuperNode authentication (default: --insecure)",
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
-        code, results_dir = run(parse_overrides(args.run_config), tls=args.tls)
-    except ConfigError as exc:
-        print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("edgeflex: interrupted; the SuperLink and SuperNodes were stopped", file=sys.stderr)
-        return 130
-    if code == 0:
-        print(f"edgeflex: records in {results_dir} (rounds.jsonl, summary.json, accuracy.png)")
-    else:
-        print(
-            f"edgeflex: the run failed (exit {code}); see the log above and the superlink.log "
-            f"and supernode-*.log files in {results_dir}",
-            file=sys.stderr,
-        )
-    return code
+    return launch(
+        lambda overrides: run(overrides, tls=args.tls),
+        args.run_config,
+        stopped="the SuperLink and SuperNodes were",
+        logs="the superlink.log and supernode-*.log files in {results_dir}",
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -269,32 +269,49 @@ def _raise_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
-    args = parser.parse_args(argv)
+def launch(
+    start: Callable[[dict[str, Any]], tuple[int, Path]],
+    run_config: str,
+    *,
+    stopped: str,
+    logs: str,
+) -> int:
+    """A launcher's command line: parse the run config, ``start`` it, report; Ctrl-C and
+    SIGTERM stop everything it started. ``stopped`` names what was stopped, ``logs`` (a
+    format with ``{results_dir}``) where to look after a failure."""
     # Clean up on Ctrl-C and on SIGTERM even where the caller started us with SIGINT ignored
     # (a background job of a non-interactive shell).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        overrides = parse_overrides(args.run_config)
-        code, results_dir = run(overrides)
+        code, results_dir = start(parse_overrides(run_config))
     except ConfigError as exc:
         print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("edgeflex: interrupted; the SuperLink was stopped", file=sys.stderr)
+        print(f"edgeflex: interrupted; {stopped} stopped", file=sys.stderr)
         return 130
     if code == 0:
         print(f"edgeflex: records in {results_dir} (rounds.jsonl, summary.json, accuracy.png)")
     else:
         print(
             f"edgeflex: the run failed (exit {code}); see the log above and "
-            f"{results_dir / 'superlink.log'}",
+            + logs.format(results_dir=results_dir),
             file=sys.stderr,
         )
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
+    args = parser.parse_args(argv)
+    return launch(
+        run,
+        args.run_config,
+        stopped="the SuperLink was",
+        logs="{results_dir}/superlink.log",
+    )
 
 
 if __name__ == "__main__":

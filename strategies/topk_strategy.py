@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from logging import WARNING
@@ -257,9 +258,7 @@ class TopKStrategy(DenseStrategy):
         if self._mode == "allreduce" and self.index_policy == "global":
             self._round_index_set = self._next_index_set
         payloads = {node: self._payload_for(node) for node in sorted(node_ids)}
-        self._payload_counts = {
-            p: list(payloads.values()).count(p) for p in sorted(set(payloads.values()))
-        }
+        self._payload_counts = dict(sorted(Counter(payloads.values()).items()))
         # At most three distinct contents (full, delta, current): build and measure each once.
         contents = {p: self._instruction(p) for p in set(payloads.values())}
         sizes = {id(c): content_nbytes(c) for c in contents.values()}
