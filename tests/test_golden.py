@@ -1,0 +1,110 @@
+"""Golden records: every mode's ``rounds.jsonl`` and ``summary.json`` stay what they were.
+
+Each case runs the real ServerApp (``server.app.main``) with the real ClientApp handlers
+behind an in-process grid (every message serialized as on the wire), and compares the records
+with the files under ``tests/golden/``, recorded from main before the strategy redesign
+(c62d31e). Wall-clock fields are left out; everything else must be equal, bit for bit.
+
+To record them anew (only when a change of records is intended and said so):
+
+    EDGEFLEX_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from scripts.run_simulation import parse_overrides, resolve_settings
+from server import app as server_app
+from server.records import WALL_CLOCK_FIELDS, read_rounds
+from tests.federation import InProcessGrid
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
+
+SMALL = "num-clients=4 num-server-rounds=4 seed=3"
+NSGA2 = "cr-schedule=nsga2 cr-warmup-rounds=2 cr-population=8 cr-generations=4"
+# One short run per mode; c1-edge's first link change comes at round 37.
+CASES = {
+    "dense": SMALL,
+    "dense-cnn-dirichlet": f"{SMALL} model=cnn partitioner=dirichlet local-steps=2",
+    "allgather": f"{SMALL} strategy=topk collective=allgather compression-ratio=0.05",
+    "allreduce-star": f"{SMALL} strategy=topk collective=allreduce leader=star",
+    "allreduce-var": f"{SMALL} strategy=topk collective=allreduce leader=var",
+    "allreduce-global": f"{SMALL} strategy=topk collective=allreduce index-policy=global",
+    "auto-nsga2-c1-edge": (
+        f"num-clients=4 num-server-rounds=40 seed=3 strategy=topk collective=auto "
+        f"network=c1-edge {NSGA2}"
+    ),
+    "auto-fixed-c2-edge": (
+        "num-clients=4 num-server-rounds=40 seed=3 strategy=topk collective=auto network=c2-edge"
+    ),
+    "allgather-nsga2-knee": f"{SMALL} num-server-rounds=6 strategy=topk {NSGA2} cr-selection=knee",
+    "scadles": f"configs/scadles.toml {SMALL} num-server-rounds=6",
+    "noniid-injection": (
+        f"configs/scadles.toml configs/scadles-noniid-injection.toml {SMALL} "
+        "num-server-rounds=6 injection-alpha=0.5 injection-beta=0.5"
+    ),
+    "dense-injection": f"{SMALL} injection-alpha=0.5 injection-beta=0.25 local-steps=2",
+    "flagship": f"configs/flagship.toml {SMALL} num-server-rounds=8 {NSGA2}",
+    "dsgd-persistence": f"configs/dsgd.toml {SMALL} stream-rates-vary=true",
+    "stream-persistence-topk": (
+        f"{SMALL} strategy=topk stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
+        "buffer-capacity=64 lr-scaling=linear lr-scale-max=1.5 aggregation-weights=uniform"
+    ),
+    "ring-dense": f"{SMALL} topology=ring",
+    "ring-allgather": f"{SMALL} topology=ring strategy=topk",
+    "tree-allreduce": f"{SMALL} topology=tree strategy=topk collective=allreduce",
+    "adaptive-delta": f"{SMALL} num-server-rounds=6 strategy=topk adaptive-delta=0.3",
+    "dense-jitter": "num-clients=3 num-server-rounds=4 seed=3 network=c1-edge-jitter",
+    "trace": "num-clients=3 num-server-rounds=4 seed=3 strategy=topk network=trace-example",
+}
+
+
+def _strip_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        row = {k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS}
+        if row.get("ratio_solve"):
+            row["ratio_solve"] = {k: v for k, v in row["ratio_solve"].items() if k != "solve_s"}
+        out.append(row)
+    return out
+
+
+def _strip_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in summary.items() if k != "wall_time_s"}
+    out["config"] = {k: v for k, v in summary["config"].items() if k != "results-dir"}
+    return out
+
+
+def run_case(text: str, results_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ServerApp and ClientApps of one run, in process; its stripped records."""
+    overrides = parse_overrides(text) | {"results-dir": str(results_dir)}
+    settings = resolve_settings(overrides)
+    context = Context(
+        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=settings.to_run_config()
+    )
+    server_app.main(InProcessGrid(settings), context)
+    summary = json.loads((results_dir / "summary.json").read_text())
+    return _strip_rounds(read_rounds(results_dir)), _strip_summary(summary)
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("name", list(CASES))
+def test_records_equal_the_golden_ones(name: str, tmp_path: Path) -> None:
+    rounds, summary = run_case(CASES[name], tmp_path)
+    rounds_file, summary_file = GOLDEN_DIR / f"{name}.jsonl", GOLDEN_DIR / f"{name}.summary.json"
+    if RECORD:
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        rounds_file.write_text("".join(json.dumps(r) + "\n" for r in rounds))
+        summary_file.write_text(json.dumps(summary, indent=1) + "\n")
+    golden_rounds = [json.loads(line) for line in rounds_file.read_text().splitlines()]
+    for got, want in zip(rounds, golden_rounds, strict=True):
+        assert got == want, f"{name}: round {want['round']} differs"
+    assert summary == json.loads(summary_file.read_text())
