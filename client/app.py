@@ -27,11 +27,11 @@ from common.models import build_model
 from common.params import Layout
 from common.rates import STREAM_OFF
 from common.settings import Settings
-from strategies.codec import indices_record, topk_count, values_record
+from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from strategies.dense import reply_content
-from strategies.gain import DEFAULT_GAIN_GRID, gain_curve
 from strategies.injection import shared_record
-from strategies.protocol import (
+from wire.codec import indices_record, topk_count, values_record
+from wire.keys import (
     ADAPTIVE_RATIO,
     ARRAYS_KEY,
     BUFFER_BYTES,

@@ -14,8 +14,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
-from strategies.codec import VALUES, Sparse, decode_indices, raw_array, read_raw, topk_count
-from strategies.topk import topk_energy, topk_indices
+from compress.topk import topk_energy, topk_indices
+from wire.codec import VALUES, Sparse, decode_indices, raw_array, read_raw, topk_count
 
 RESIDUAL_KEY = "ef-residual"
 PENDING_KEY = "ef-pending"

@@ -3,7 +3,7 @@
     .venv/bin/python -m scripts.bench_compression [--repeats 7]
 
 1. Selection over 1M and 10M float32 values at c = 0.1, 0.01, 0.001: our exact selection
-   (``strategies.topk.topk_indices``) against ``torch.topk`` on |x| and against one
+   (``compress.topk.topk_indices``) against ``torch.topk`` on |x| and against one
    ``abs(x) >= t`` pass (the memory-bound floor). Median of ``--repeats`` runs.
 2. Server aggregation time against the number of clients (4 to 100) for both modes, on a
    model of 1M parameters at c = 0.01: Allgather's scatter-add of N Top-k vectors and
@@ -21,9 +21,9 @@ from functools import partial
 import numpy as np
 import torch
 
+from compress.topk import topk_indices
 from strategies.aggregate import scatter_add, weighted_average
-from strategies.codec import topk_count
-from strategies.topk import topk_indices
+from wire.codec import topk_count
 
 
 def median_s(fn: Callable[[], object], repeats: int) -> float:

@@ -21,9 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common.settings import PROJECT_ROOT  # noqa: E402
-from server.devices import DeviceProfile, load_catalog  # noqa: E402
-from server.network import load_schedule  # noqa: E402
 from server.records import read_rounds  # noqa: E402
+from timing.devices import DeviceProfile, load_catalog  # noqa: E402
+from timing.network import load_schedule  # noqa: E402
 
 
 def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[DeviceProfile]:

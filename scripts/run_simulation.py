@@ -36,9 +36,9 @@ from typing import Any
 
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
 from scripts.processes import stop_tree
-from server.devices import load_catalog
-from server.network import load_schedule
 from server.records import default_results_dir
+from timing.devices import load_catalog
+from timing.network import load_schedule
 
 CONNECTION = "edgeflex-local"
 FLWR_DIR = PROJECT_ROOT / ".flwr"

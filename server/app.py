@@ -15,16 +15,16 @@ from common.data import data_spec, server_test_split
 from common.models import build_model, num_parameters
 from common.params import Layout, model_to_vector
 from common.settings import PROJECT_ROOT, Settings
-from server.clock import VirtualClock
-from server.devices import load_catalog
 from server.evaluation import evaluate
-from server.network import load_schedule
 from server.records import RunRecorder, default_results_dir, progress_line
-from server.timed_grid import TimedGrid
 from strategies.dense import DenseStrategy, train_config_record
 from strategies.injection import InjectionPlan
 from strategies.ratio_scheduler import Nsga2Schedule
 from strategies.topk_strategy import TopKStrategy
+from timing.clock import VirtualClock
+from timing.devices import load_catalog
+from timing.network import load_schedule
+from timing.timed_grid import TimedGrid
 
 app = ServerApp()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from strategies.codec import index_nbytes
+from wire.codec import index_nbytes
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,21 @@ from flwr.serverapp.strategy import FedAvg
 from numpy.typing import NDArray
 
 from common.params import Layout
-from server.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
-from server.timed_grid import TimedGrid
 from strategies.aggregate import weighted_average
 from strategies.cost_models import TOPOLOGIES, Link, peer_exchange_s
 from strategies.injection import InjectionPlan, RelayPool, SharedSamples, parse_shared
-from strategies.protocol import (
+from strategies.streaming import (
+    StreamReport,
+    learning_rate,
+    own_samples,
+    parse_stream_report,
+    stream_summary,
+    update_weights,
+)
+from timing.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
+from timing.measured import measured_times
+from timing.timed_grid import TimedGrid
+from wire.keys import (
     ARRAYS_KEY,
     CONFIG_KEY,
     INJECT_BETA,
@@ -38,16 +47,7 @@ from strategies.protocol import (
     ROUND_START_S,
     TRAIN_LOSS,
 )
-from strategies.streaming import (
-    StreamReport,
-    learning_rate,
-    own_samples,
-    parse_stream_report,
-    stream_summary,
-    update_weights,
-)
-from strategies.timing import measured_times
-from strategies.wire import content_nbytes
+from wire.nbytes import content_nbytes
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
-from strategies.protocol import INJECT_KEY
+from wire.keys import INJECT_KEY
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from pymoo.operators.mutation.pm import PM
 from pymoo.optimize import minimize
 
 from common.settings import CR_SELECTIONS
+from compress.gain import DEFAULT_GAIN_GRID
 from strategies.cost_models import LinkLike
-from strategies.gain import DEFAULT_GAIN_GRID
 
 
 class GainModel:

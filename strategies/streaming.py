@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.settings import AGGREGATION_WEIGHTS, LR_SCALINGS
-from strategies.protocol import (
+from wire.keys import (
     BUFFER_BYTES,
     BUFFER_SAMPLES,
     STREAM_METRICS,

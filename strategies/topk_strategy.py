@@ -35,18 +35,8 @@ from numpy.typing import NDArray
 
 from common.params import Layout
 from common.settings import COLLECTIVES, INDEX_POLICIES, LEADERS
-from server.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
-from server.timed_grid import TimedGrid
+from compress.topk import topk_indices
 from strategies.aggregate import scatter_add, weighted_average
-from strategies.codec import (
-    PayloadError,
-    Sparse,
-    decode_indices,
-    decode_values,
-    indices_record,
-    topk_count,
-    values_record,
-)
 from strategies.cost_models import (
     Link,
     peer_exchange_s,
@@ -55,8 +45,22 @@ from strategies.cost_models import (
 )
 from strategies.dense import DenseStrategy, RoundStats, measured_parts, parse_train_metrics
 from strategies.injection import InjectionPlan
-from strategies.link_estimator import DOWN, UP, LinkEstimator
-from strategies.protocol import (
+from strategies.ratio_scheduler import Nsga2Schedule
+from strategies.streaming import StreamReport, own_samples, stream_summary
+from timing.clock import ClientWork, MeasuredTimes, PhaseTiming, VirtualClock
+from timing.link_estimator import DOWN, UP, LinkEstimator
+from timing.measured import measured_times
+from timing.timed_grid import TimedGrid
+from wire.codec import (
+    PayloadError,
+    Sparse,
+    decode_indices,
+    decode_values,
+    indices_record,
+    topk_count,
+    values_record,
+)
+from wire.keys import (
     ADAPTIVE_RATIO,
     COMPRESS_S,
     CONFIG_KEY,
@@ -71,11 +75,7 @@ from strategies.protocol import (
     TOPK_NORM2,
     VALUES_ACTION,
 )
-from strategies.ratio_scheduler import Nsga2Schedule
-from strategies.streaming import StreamReport, own_samples, stream_summary
-from strategies.timing import measured_times
-from strategies.topk import topk_indices
-from strategies.wire import content_nbytes
+from wire.nbytes import content_nbytes
 
 
 @dataclass

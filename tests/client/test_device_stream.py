@@ -8,8 +8,8 @@ from client.app import node_stream_rate, stamped
 from client.stream_round import draw_stream_round
 from client.streams import WallClock
 from common.settings import Settings, default_run_config
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 from tests.helpers import reply_message
+from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 
 
 class FakeTime:

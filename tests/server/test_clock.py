@@ -1,7 +1,7 @@
 import pytest
 
-from server.clock import ClientWork, VirtualClock, transfer_s
-from server.devices import DeviceProfile
+from timing.clock import ClientWork, VirtualClock, transfer_s
+from timing.devices import DeviceProfile
 
 SLOW = DeviceProfile(
     "slow",

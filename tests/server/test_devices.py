@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from common.settings import PROJECT_ROOT
-from server.devices import MBPS, DeviceConfigError, load_catalog
+from timing.devices import MBPS, DeviceConfigError, load_catalog
 
 GOOD = """
 [preset.pi]

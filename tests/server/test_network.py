@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 
 from common.settings import PROJECT_ROOT
-from server.clock import ClientWork, VirtualClock
-from server.devices import MBPS, DeviceProfile
-from server.network import NetworkConfigError, load_schedule, load_trace
+from timing.clock import ClientWork, VirtualClock
+from timing.devices import MBPS, DeviceProfile
+from timing.network import NetworkConfigError, load_schedule, load_trace
 
 PRESETS = PROJECT_ROOT / "configs" / "networks.toml"
 DEVICE = DeviceProfile("pi", 100.0, 5 * MBPS, 25 * MBPS, 0.05)

@@ -5,8 +5,8 @@ from collections.abc import Iterable
 import pytest
 from flwr.app import Message, RecordDict
 
-from server.timed_grid import TimedGrid
 from tests.helpers import reply_message
+from timing.timed_grid import TimedGrid
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

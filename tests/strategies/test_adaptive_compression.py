@@ -6,7 +6,7 @@ from flwr.app import RecordDict
 
 from client.app import smoothed_residual_share
 from common.settings import ConfigError
-from strategies.gain import gain_curve
+from compress.gain import gain_curve
 from strategies.topk_strategy import Participant
 from tests.strategies.test_topk_federation import _run, _settings
 

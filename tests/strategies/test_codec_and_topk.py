@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from strategies.codec import (
+from compress.topk import topk_indices
+from wire.codec import (
     INDICES,
     MASK,
     PayloadError,
@@ -12,7 +13,6 @@ from strategies.codec import (
     raw_array,
     topk_count,
 )
-from strategies.topk import topk_indices
 
 
 def _reference(x: np.ndarray, k: int) -> np.ndarray:

@@ -69,7 +69,6 @@ def test_bad_inputs_are_refused() -> None:
 
 
 def test_star_topk_modes_by_hand() -> None:
-    from strategies.codec import index_nbytes
     from strategies.cost_models import (
         MESSAGE_OVERHEAD_BYTES as OV,
     )
@@ -77,7 +76,8 @@ def test_star_topk_modes_by_hand() -> None:
         star_allgather_topk_s,
         star_allreduce_topk_s,
     )
-    from strategies.link_estimator import LinkEstimate
+    from timing.link_estimator import LinkEstimate
+    from wire.codec import index_nbytes
 
     fast = LinkEstimate(latency_s=0.001, uplink_bytes_per_s=1e6, downlink_bytes_per_s=2e6)
     slow = LinkEstimate(latency_s=0.05, uplink_bytes_per_s=1e5, downlink_bytes_per_s=2e5)

@@ -9,7 +9,7 @@ from client.compression import (
     hold_compensated,
     send_values_at,
 )
-from strategies.codec import indices_record
+from wire.codec import indices_record
 
 
 def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds() -> None:

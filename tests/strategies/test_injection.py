@@ -7,8 +7,8 @@ from flwr.app import RecordDict
 from common.data import DIGITS_SPEC
 from common.settings import ConfigError
 from strategies.injection import InjectionPlan, parse_shared, shared_record
-from strategies.protocol import INJECT_KEY
 from tests.strategies.test_topk_federation import _run, _settings
+from wire.keys import INJECT_KEY
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 SAMPLE_BYTES = DIGITS_SPEC.num_features * 4 + 8  # float32 features, int64 label

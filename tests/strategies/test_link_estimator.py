@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from strategies.link_estimator import DOWN, UP, LinkEstimator
+from timing.link_estimator import DOWN, UP, LinkEstimator
 
 MB = 1e6 / 8
 SIZES = [150, 2200, 4200, 40_000, 200_000]

@@ -1,16 +1,16 @@
 import numpy as np
 import pytest
 
-from strategies.codec import topk_count
-from strategies.gain import gain_curve
-from strategies.link_estimator import LinkEstimate
+from compress.gain import gain_curve
+from compress.topk import topk_energy, topk_indices
 from strategies.ratio_scheduler import (
     GainModel,
     Nsga2Schedule,
     RatioProblem,
     solve,
 )
-from strategies.topk import topk_energy, topk_indices
+from timing.link_estimator import LinkEstimate
+from wire.codec import topk_count
 
 D = 50_826
 GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)

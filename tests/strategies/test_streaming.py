@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from scripts.run_simulation import parse_overrides, resolve_settings
-from strategies.protocol import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
 from strategies.streaming import (
     StreamReport,
     learning_rate,
@@ -12,6 +11,7 @@ from strategies.streaming import (
     update_weights,
 )
 from tests.strategies.test_topk_federation import PROFILE, _run, _settings
+from wire.keys import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

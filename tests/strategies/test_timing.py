@@ -5,12 +5,12 @@ import math
 import pytest
 from flwr.app import MetricRecord, RecordDict
 
-from server.clock import ClientWork, MeasuredTimes, VirtualClock
-from server.devices import DeviceProfile
-from server.timed_grid import RoundTrip, TimedGrid
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
-from strategies.timing import measured_times
 from tests.helpers import reply_message
+from timing.clock import ClientWork, MeasuredTimes, VirtualClock
+from timing.devices import DeviceProfile
+from timing.measured import measured_times
+from timing.timed_grid import RoundTrip, TimedGrid
+from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -9,11 +9,11 @@ from common.models import build_model
 from common.params import Layout, model_to_vector
 from common.settings import Settings, settings_with
 from server.app import build_strategy
-from server.clock import VirtualClock
-from server.devices import DeviceProfile
-from strategies.codec import index_nbytes, topk_count
 from strategies.dense import DenseStrategy, train_config_record
 from tests.federation import InProcessGrid
+from timing.clock import VirtualClock
+from timing.devices import DeviceProfile
+from wire.codec import index_nbytes, topk_count
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -11,12 +11,12 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import Layout, model_to_vector
 from server.app import build_strategy
-from server.clock import VirtualClock
-from server.devices import DeviceProfile
-from strategies.codec import decode_indices, raw_array
 from strategies.dense import train_config_record
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
+from timing.clock import VirtualClock
+from timing.devices import DeviceProfile
+from wire.codec import decode_indices, raw_array
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)

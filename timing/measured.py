@@ -13,9 +13,9 @@ import math
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from server.clock import MeasuredTimes
-from server.timed_grid import TimedGrid
-from strategies.protocol import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
+from timing.clock import MeasuredTimes
+from timing.timed_grid import TimedGrid
+from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 
 
 def _stamp(reply: Message, key: str) -> float:

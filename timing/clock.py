@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from server.devices import DeviceProfile
-from server.network import NetworkSchedule
+from timing.devices import DeviceProfile
+from timing.network import NetworkSchedule
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from common.settings import ConfigError
-from server.devices import MBPS, DeviceProfile, line_of
+from timing.devices import MBPS, DeviceProfile, line_of
 
 KINDS = ("static", "segments", "trace")
 PRESET_FIELDS = ("kind", "description", "segments", "rounds-per-epoch", "jitter", "file")
