@@ -89,6 +89,9 @@ class Settings:
     )
     leader: str = _spec(choices=LEADERS, doc="topk allreduce: who picks the shared indices")
     index_policy: str = _spec(choices=INDEX_POLICIES, doc="topk allreduce: leader or global")
+    compressor: str = _spec(
+        choices=("topk",), doc="compressed collectives: how the selected values travel"
+    )
     compression_ratio: float = _spec(
         minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="topk: fraction of entries sent"
     )
@@ -150,9 +153,7 @@ class Settings:
     lr_scaling: str = _spec(
         choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
     )
-    lr_scale_max: float = _spec(
-        minimum=0.0, doc="linear lr scaling: largest factor (0: no cap)"
-    )
+    lr_scale_max: float = _spec(minimum=0.0, doc="linear lr scaling: largest factor (0: no cap)")
     injection_alpha: float = _spec(
         minimum=0.0, maximum=1.0, doc="data injection: share of clients that share; 0: off"
     )

@@ -1,4 +1,4 @@
-"""Exact Top-k selection by magnitude over one flat vector.
+"""Top-k: exact selection by magnitude over one flat vector, and the float32 compressor.
 
 A full ``argpartition`` over millions of entries followed by a sort is slow. Instead a
 threshold is estimated from an evenly strided sample so that slightly more than k entries
@@ -10,8 +10,15 @@ is always exactly the k largest |x|; ties at the k-th value go to the lowest ind
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
+from flwr.app import ArrayRecord
 from numpy.typing import NDArray
+
+from compress.base import Encoded
+from wire.codec import decode_values, raw_array
+from wire.keys import VALUES
 
 _SAMPLE = 16384
 _SMALL = 1 << 15
@@ -58,3 +65,19 @@ def topk_energy(x: NDArray[np.float32], indices: NDArray[np.int64]) -> float:
     """||x[indices]||², in float64."""
     selected = x[indices].astype(np.float64)
     return float(selected @ selected)
+
+
+class TopK:
+    """Top-k with float32 values: the receiver decodes exactly what was sent."""
+
+    name: ClassVar[str] = "topk"
+
+    def encode(self, values: NDArray[np.float32], rng: np.random.Generator) -> Encoded:
+        values = values.astype(np.float32, copy=False)
+        return Encoded({VALUES: raw_array(values.astype("<f4"))}, values)
+
+    def decode(self, record: ArrayRecord, count: int) -> NDArray[np.float32]:
+        return decode_values(record, count)
+
+    def values_nbytes(self, count: int) -> int:
+        return 4 * count

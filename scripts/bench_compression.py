@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from compress.topk import topk_indices
-from strategies.aggregate import scatter_add, weighted_average
+from strategies.collectives.maths import scatter_add, weighted_average
 from wire.codec import topk_count
 
 

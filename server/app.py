@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from logging import INFO
 from pathlib import Path
-from typing import Any
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common.logger import log
@@ -13,18 +12,32 @@ from flwr.serverapp import Grid, ServerApp
 
 from common.data import data_spec, server_test_split
 from common.models import build_model, num_parameters
-from common.params import Layout, model_to_vector
+from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
+from compress import COMPRESSORS
+from server.build import (
+    AUTO,
+    COLLECTIVE_OF_STRATEGY,
+    RATIO_POLICY,
+    ratio_policy_name,
+    relay,
+    train_config_record,
+)
 from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
-from strategies.dense import DenseStrategy, train_config_record
-from strategies.injection import InjectionPlan
-from strategies.ratio_scheduler import Nsga2Schedule
-from strategies.topk_strategy import TopKStrategy
+from strategies.collectives.allgather import Allgather
+from strategies.collectives.allreduce import Allreduce
+from strategies.collectives.dense import Dense
+from strategies.edge import EdgeStrategy, Policies
+from strategies.ledger import Ledger
+from strategies.policies.collective import AutoCollective, FixedCollective
+from strategies.policies.round_times import RoundTimes
+from strategies.policies.weights import WEIGHTS
 from timing.clock import VirtualClock
 from timing.devices import load_catalog
 from timing.network import load_schedule
 from timing.timed_grid import TimedGrid
+from wire.layout import Layout
 
 app = ServerApp()
 
@@ -58,57 +71,35 @@ def resolve_results_dir(settings: Settings) -> Path:
     return path if path.is_absolute() else Path.cwd() / path
 
 
-def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> DenseStrategy:
-    spec = data_spec(settings)
-    injection = (
-        InjectionPlan(
-            alpha=settings.injection_alpha,
-            beta=settings.injection_beta,
-            seed=settings.seed,
-            num_features=spec.num_features,
-            num_classes=spec.num_classes,
-        )
-        if settings.injection_alpha > 0
-        else None
+def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> EdgeStrategy:
+    """The strategy and its parts, as the settings choose them."""
+    compressor = COMPRESSORS[settings.compressor]
+    times = RoundTimes(
+        settings.num_clients, layout.size, settings.topology, compressor.values_nbytes
     )
-    both: dict[str, Any] = {  # what both strategies take
-        "clock": clock,
-        "num_clients": settings.num_clients,
-        "layout": layout,
-        "topology": settings.topology,
-        "aggregation_weights": settings.aggregation_weights,
-        "lr_scaling": settings.lr_scaling,
-        "lr_scale_max": settings.lr_scale_max,
-        "injection": injection,
-        "timing": settings.timing,
-        "min_clients": settings.min_clients,
-    }
-    if settings.strategy == "dense":
-        return DenseStrategy(**both)
-    return TopKStrategy(
-        **both,
-        compression_ratio=settings.compression_ratio,
-        collective=settings.collective,
-        leader=settings.leader,
-        index_policy=settings.index_policy,
-        round_timeout_s=settings.round_timeout_s,
-        adaptive_delta=settings.adaptive_delta,
-        schedule=None
-        if settings.cr_schedule == "fixed"
-        else Nsga2Schedule(
-            initial_ratio=settings.compression_ratio,
-            cr_min=settings.cr_min,
-            cr_max=settings.cr_max,
-            warmup_rounds=settings.cr_warmup_rounds,
-            population=settings.cr_population,
-            generations=settings.cr_generations,
-            seed=settings.seed,
-            selection=settings.cr_selection,
-            weight_time=settings.cr_weight_time,
-            collectives=("allgather", "allreduce")
-            if settings.collective == "auto"
-            else (settings.collective,),
+    collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
+    ratio = RATIO_POLICY[ratio_policy_name(settings)](settings)
+    return EdgeStrategy(
+        num_clients=settings.num_clients,
+        layout=layout,
+        collectives={
+            "dense": Dense(),
+            "allgather": Allgather(),
+            "allreduce": Allreduce(settings.leader, settings.index_policy),
+        },
+        compressor=compressor,
+        policies=Policies(
+            ratio=ratio,
+            collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
+            weights=WEIGHTS[settings.aggregation_weights],
+            lr_scaling=settings.lr_scaling,
+            lr_scale_max=settings.lr_scale_max,
         ),
+        times=times,
+        ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),
+        relay=relay(settings),
+        min_clients=settings.min_clients,
+        round_timeout_s=settings.round_timeout_s,
     )
 
 

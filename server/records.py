@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from server.plots import plot_accuracy
-from strategies.dense import RoundStats
+from strategies.ledger import RoundStats
 
 WALL_CLOCK_FIELDS = (
     "wall_time_s",

@@ -14,12 +14,6 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from client import app as client_app
 from common.settings import Settings
 
-HANDLERS = {
-    "train": client_app.train,
-    "train.indices": client_app.train_indices,
-    "train.values": client_app.train_values,
-}
-
 
 def _wire_copy(content: RecordDict) -> RecordDict:
     return recorddict_from_proto(recorddict_to_proto(content))
@@ -71,6 +65,6 @@ class InProcessGrid:
             if node in self.fail_nodes:
                 continue  # a node that dropped out: no reply
             incoming = Message(content=_wire_copy(msg.content), metadata=msg.metadata)
-            reply = HANDLERS[msg.metadata.message_type](incoming, self.contexts[node])
+            reply = client_app.app(incoming, self.contexts[node])  # routed, with its mods
             replies.append(Message(content=_wire_copy(reply.content), metadata=reply.metadata))
         return replies

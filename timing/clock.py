@@ -14,28 +14,7 @@ from dataclasses import dataclass
 
 from timing.devices import DeviceProfile
 from timing.network import NetworkSchedule
-
-
-@dataclass(frozen=True)
-class MeasuredTimes:
-    """One client's exchange in one phase as measured on the wall clock (timing = measured)."""
-
-    download_s: float  # server push -> client handler start (SuperNode poll, ClientApp start)
-    busy_s: float  # client handler start -> reply made (waits, training, compression)
-    upload_s: float  # reply made -> server pulled it
-    train_s: float = 0.0  # of busy_s: local SGD alone (training replies)
-
-
-@dataclass(frozen=True)
-class ClientWork:
-    """What one client carried and computed in one phase."""
-
-    client: int  # partition id
-    bytes_down: int
-    samples: int
-    bytes_up: int
-    wait_s: float = 0.0  # streams: time spent waiting for samples, from the round's start
-    measured: MeasuredTimes | None = None  # when set, the clock charges these times
+from wire.tally import ClientWork
 
 
 @dataclass(frozen=True)

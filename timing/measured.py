@@ -13,9 +13,9 @@ import math
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from timing.clock import MeasuredTimes
 from timing.timed_grid import TimedGrid
 from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
+from wire.tally import MeasuredTimes
 
 
 def _stamp(reply: Message, key: str) -> float:

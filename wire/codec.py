@@ -9,16 +9,16 @@ peer could get wrong and raises ``PayloadError`` naming it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 from numpy.typing import NDArray
 
-RAW = "edgeflex.raw"
-VALUES = "values"
-INDICES = "indices"
-MASK = "mask"
+from wire.keys import INDICES, MASK, RAW_STYPE, VALUES
+
+ValuesDecoder = Callable[[ArrayRecord, int], "NDArray[np.float32]"]  # (record, count) -> values
 
 
 class PayloadError(ValueError):
@@ -40,7 +40,7 @@ def index_nbytes(count: int, size: int) -> int:
 def raw_array(values: NDArray[np.generic]) -> Array:
     values = np.ascontiguousarray(values)
     return Array(
-        dtype=str(values.dtype), shape=tuple(values.shape), stype=RAW, data=values.tobytes()
+        dtype=str(values.dtype), shape=tuple(values.shape), stype=RAW_STYPE, data=values.tobytes()
     )
 
 
@@ -50,7 +50,7 @@ def read_raw(record: ArrayRecord, name: str, dtype: str) -> NDArray[np.generic]:
     array = record[name]
     if array.dtype != dtype:
         raise PayloadError(f"array {name!r} has dtype {array.dtype}, expected {dtype}")
-    if array.stype == RAW:
+    if array.stype == RAW_STYPE:
         if len(array.shape) != 1:
             raise PayloadError(f"array {name!r} has shape {tuple(array.shape)}, expected 1-D")
         expected = int(array.shape[0]) * np.dtype(dtype).itemsize
@@ -117,16 +117,24 @@ class Sparse:
     size: int
 
     def to_record(self) -> ArrayRecord:
-        kind, encoded = encode_indices(self.indices, self.size)
-        return ArrayRecord({VALUES: raw_array(self.values.astype("<f4")), kind: encoded})
+        return sparse_record(
+            self.indices, self.size, {VALUES: raw_array(self.values.astype("<f4"))}
+        )
 
     @classmethod
-    def from_record(cls, record: ArrayRecord, size: int, count: int | None = None) -> Sparse:
-        """Decode; ``count`` (when given) is the exact number of entries expected."""
+    def from_record(
+        cls,
+        record: ArrayRecord,
+        size: int,
+        count: int | None = None,
+        values_of: ValuesDecoder | None = None,
+    ) -> Sparse:
+        """Decode; ``count`` (when given) is the exact number of entries expected;
+        ``values_of`` reads the values (default: float32 ``values``)."""
         indices = decode_indices(record, size)
         if count is not None and indices.size != count:
             raise PayloadError(f"{indices.size} indices, expected {count}")
-        values = decode_values(record, indices.size)
+        values = (values_of or decode_values)(record, indices.size)
         order = np.argsort(indices, kind="stable")
         if not np.array_equal(order, np.arange(order.size)):
             indices, values = indices[order], values[order]
@@ -136,6 +144,18 @@ class Sparse:
         out = np.zeros(self.size, dtype=np.float32)
         out[self.indices] = self.values
         return out
+
+    def apply_to(self, model: NDArray[np.float32]) -> NDArray[np.float32]:
+        """model + this vector, as a new array (clients apply exactly this to their replicas)."""
+        out = model.copy()
+        out[self.indices] += self.values
+        return out
+
+
+def sparse_record(indices: NDArray[np.int64], size: int, values: dict[str, Array]) -> ArrayRecord:
+    """Encoded values (a compressor's arrays) with their indices, in the smaller encoding."""
+    kind, encoded = encode_indices(indices, size)
+    return ArrayRecord({**values, kind: encoded})
 
 
 def values_record(values: NDArray[np.float32]) -> ArrayRecord:

@@ -1,24 +1,60 @@
-"""Names shared by the ServerApp and the ClientApp: record keys, metric keys, message actions."""
+"""Every name on the wire, spelled once: record keys, config and metric keys, message types.
+
+Both the ServerApp and the ClientApp import these; nothing else in the project spells them.
+"""
 
 from __future__ import annotations
 
-# Record keys
+# --- record keys (RecordDict entries) --------------------------------------------------------
 ARRAYS_KEY = "arrays"  # dense: full model (server -> client) or update (client -> server)
-CONFIG_KEY = "config"
-METRICS_KEY = "metrics"
-MODEL_KEY = "model"  # Top-k: the full model as one raw vector
-DELTA_KEY = "delta"  # Top-k: the last aggregated sparse update
+CONFIG_KEY = "config"  # a ConfigRecord of instructions
+METRICS_KEY = "metrics"  # a MetricRecord with every reply
+MODEL_KEY = "model"  # compressed collectives: the full model as one raw vector
+DELTA_KEY = "delta"  # compressed collectives: the last aggregated sparse update
 INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
-SPARSE_KEY = "sparse"  # a client's sparse reply (values and/or indices)
+SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)
 INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
 
-# Metric keys
+# --- arrays inside records -------------------------------------------------------------------
+VALUES = "values"  # float32 values of a sparse vector (or of the whole model)
+INDICES = "indices"  # int32 indices of a sparse vector
+MASK = "mask"  # the same as a packed bitmask of the vector's length
+QUANTISED = "quantised"  # int8 values (8-bit compressors)
+SCALE = "scale"  # float32, one per message: quantised value x scale = value
+SAMPLES_X = "x"  # injected samples: features
+SAMPLES_Y = "y"  # injected samples: labels
+RAW_STYPE = "edgeflex.raw"  # raw little-endian bytes, no .npy header
+
+# --- instruction config keys -----------------------------------------------------------------
+SERVER_ROUND = "server-round"
+LEARNING_RATE = "learning-rate"
+LOCAL_STEPS = "local-steps"
+BATCH_SIZE = "batch-size"
+SEED = "seed"
+ROUND_START_S = "round-start-s"  # virtual time at which the round starts
+INJECT_PARTITIONS = "inject-partitions"  # data injection: who shares this round
+INJECT_BETA = "inject-beta"  # data injection: the share of its batch a chosen client sends
+# compressed collectives
+MODEL_VERSION = "model-version"  # the version the replica is at after this instruction
+BASE_VERSION = "base-version"  # a delta's version before it applies
+PAYLOAD = "payload"  # which model payload came: see PAYLOADS
+COMPRESSION_RATIO = "compression-ratio"
+COLLECTIVE = "collective"  # the round's collective (its client half answers)
+REPORT_GAIN = "report-gain"  # cr-schedule = nsga2: report the gain at every grid ratio
+ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
+
+# Model payloads of a compressed collective's instruction
+FULL, DELTA, CURRENT = "full", "delta", "current"
+PAYLOADS = (FULL, DELTA, CURRENT)
+
+# --- reply metric keys -----------------------------------------------------------------------
 NUM_EXAMPLES = "num-examples"
 PARTITION_ID = "partition-id"
 TRAIN_LOSS = "train-loss"
-COMPRESS_S = "compress-s"
-TOPK_NORM2 = "topk-norm2"
+COMPRESS_S = "compress-s"  # wall seconds the client spent compressing
+TOPK_NORM2 = "topk-norm2"  # Allreduce with a leader: ||TopK(e)||² (the VAR score)
 GAIN_GRID = "gain-grid"  # compression gain at each ratio of the scheduler's grid
+RESIDUAL_SHARE = "residual-share"  # adaptive: smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
 # Streaming clients (with every training reply when stream-rates is not "off")
 STREAM_RATE = "stream-rate"  # samples/s this round
 WAIT_S = "wait-s"  # virtual seconds spent waiting for samples before training
@@ -26,20 +62,20 @@ BUFFER_SAMPLES = "buffer-samples"  # samples buffered when the batch was drawn (
 BUFFER_BYTES = "buffer-bytes"  # the same in bytes (features and label)
 STREAM_SAMPLES = "stream-samples"  # own stream samples trained on (relayed ones not counted)
 STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)
-# Adaptive compression (adaptive-delta > 0): smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
-RESIDUAL_SHARE = "residual-share"
 # timing = "measured": the client's wall clock (Unix seconds) when its handler began and when
 # its reply was made, with every reply
 RECEIVED_AT = "received-at"
 SENT_AT = "sent-at"
 TRAIN_S = "train-s"  # wall seconds of local SGD (training replies), part of the busy time
 
-# Config keys the server adds to each round's instructions
-ROUND_START_S = "round-start-s"  # virtual time at which the round starts
-INJECT_PARTITIONS = "inject-partitions"  # data injection: who shares this round
-INJECT_BETA = "inject-beta"  # data injection: the share of its batch a chosen client sends
-ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
+# --- message types ---------------------------------------------------------------------------
+TRAIN = "train"  # Flower's MessageType.TRAIN
+INDICES_ACTION = "indices"  # Allreduce index phase: "train.indices"
+VALUES_ACTION = "values"  # Allreduce value phase: "train.values"
+TRAIN_INDICES = f"{TRAIN}.{INDICES_ACTION}"
+TRAIN_VALUES = f"{TRAIN}.{VALUES_ACTION}"
 
-# Message actions inside one Top-k round (Flower message types "train", "train.<action>")
-INDICES_ACTION = "indices"
-VALUES_ACTION = "values"
+# --- node config keys (flower-supernode --node-config) ---------------------------------------
+NODE_PARTITION_ID = "partition-id"
+NODE_NUM_PARTITIONS = "num-partitions"
+NODE_STREAM_RATE = "stream-rate"  # the device's own stream rate, samples/s

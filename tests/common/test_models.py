@@ -5,7 +5,8 @@ import torch
 from common import settings
 from common.data import DIGITS_SPEC
 from common.models import MODELS, build_model, num_parameters
-from common.params import Layout, model_to_vector, vector_to_model
+from common.params import model_to_vector, vector_to_model
+from wire.layout import Layout
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -1,7 +1,8 @@
 import pytest
 
-from timing.clock import ClientWork, VirtualClock, transfer_s
+from timing.clock import VirtualClock, transfer_s
 from timing.devices import DeviceProfile
+from wire.tally import ClientWork
 
 SLOW = DeviceProfile(
     "slow",

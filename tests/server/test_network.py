@@ -3,9 +3,10 @@ from pathlib import Path
 import pytest
 
 from common.settings import PROJECT_ROOT
-from timing.clock import ClientWork, VirtualClock
+from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import NetworkConfigError, load_schedule, load_trace
+from wire.tally import ClientWork
 
 PRESETS = PROJECT_ROOT / "configs" / "networks.toml"
 DEVICE = DeviceProfile("pi", 100.0, 5 * MBPS, 25 * MBPS, 0.05)

@@ -2,21 +2,22 @@
 
 import numpy as np
 import pytest
+from strategies.dense import train_config_record
+from strategies.topk_strategy import Participant, _shared_index_factor
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import Layout, model_to_vector
+from common.params import model_to_vector
 from common.settings import PROJECT_ROOT
 from server.app import build_strategy
-from strategies.cost_models import star_allgather_topk_s, star_allreduce_topk_s
-from strategies.dense import train_config_record
-from strategies.topk_strategy import Participant, _shared_index_factor
+from strategies.collectives.cost import star_allgather_topk_s, star_allreduce_topk_s
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
+from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 DEVICE = DeviceProfile("pi", 2000.0, 5 * MBPS, 5 * MBPS, 0.01)

@@ -1,7 +1,7 @@
 import pytest
 
 from strategies import cost_models as cm
-from strategies.cost_models import Collective, Link
+from strategies.collectives.cost import Collective, Link
 
 # N = 4, M = 1000 bytes, α = 10 ms, β = 1 ms per byte (1 kB/s): log2 N = 2.
 LINK = Link(alpha_s=0.01, beta_s_per_byte=0.001)
@@ -69,10 +69,10 @@ def test_bad_inputs_are_refused() -> None:
 
 
 def test_star_topk_modes_by_hand() -> None:
-    from strategies.cost_models import (
+    from strategies.collectives.cost import (
         MESSAGE_OVERHEAD_BYTES as OV,
     )
-    from strategies.cost_models import (
+    from strategies.collectives.cost import (
         star_allgather_topk_s,
         star_allreduce_topk_s,
     )

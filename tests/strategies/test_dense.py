@@ -5,11 +5,11 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from common.params import Layout
 from strategies.dense import DenseStrategy, reply_content
 from tests.helpers import FakeGrid, reply_message
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
+from wire.layout import Layout
 
 SHAPES = {"w": (4, 3), "b": (3,)}
 PROFILE = DeviceProfile("p", 100.0, 1e6, 1e6, 0.01)

@@ -3,7 +3,7 @@ import pytest
 
 from compress.gain import gain_curve
 from compress.topk import topk_energy, topk_indices
-from strategies.ratio_scheduler import (
+from strategies.policies.nsga2 import (
     GainModel,
     Nsga2Schedule,
     RatioProblem,

@@ -6,11 +6,12 @@ import pytest
 from flwr.app import MetricRecord, RecordDict
 
 from tests.helpers import reply_message
-from timing.clock import ClientWork, MeasuredTimes, VirtualClock
+from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.measured import measured_times
 from timing.timed_grid import RoundTrip, TimedGrid
 from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
+from wire.tally import ClientWork, MeasuredTimes
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -84,11 +85,12 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
 
     from common.data import DIGITS_SPEC
     from common.models import build_model
-    from common.params import Layout, model_to_vector
+    from common.params import model_to_vector
     from server.app import build_strategy
     from strategies.dense import train_config_record
     from tests.federation import InProcessGrid
     from tests.strategies.test_topk_federation import _settings
+    from wire.layout import Layout
 
     settings = _settings(
         strategy="topk", compression_ratio=0.1, collective="auto", timing="measured"

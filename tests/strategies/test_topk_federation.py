@@ -6,7 +6,7 @@ from flwr.app import ArrayRecord
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import Layout, model_to_vector
+from common.params import model_to_vector
 from common.settings import Settings, settings_with
 from server.app import build_strategy
 from strategies.dense import DenseStrategy, train_config_record
@@ -14,6 +14,7 @@ from tests.federation import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import index_nbytes, topk_count
+from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

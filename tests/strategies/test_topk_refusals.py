@@ -9,7 +9,7 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from client.compression import PENDING_KEY, load_vector
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import Layout, model_to_vector
+from common.params import model_to_vector
 from server.app import build_strategy
 from strategies.dense import train_config_record
 from tests.federation import InProcessGrid
@@ -17,6 +17,7 @@ from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import decode_indices, raw_array
+from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)

@@ -2,17 +2,18 @@
 
 import numpy as np
 import pytest
+from strategies.dense import train_config_record
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import Layout, model_to_vector
+from common.params import model_to_vector
 from server.app import build_strategy
-from strategies.cost_models import Link, artopk_tree, ring_allreduce
-from strategies.dense import train_config_record
+from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
+from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 FAST = DeviceProfile("fast", 1000.0, 4e6, 8e6, 0.002)

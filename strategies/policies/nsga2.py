@@ -26,9 +26,8 @@ from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
 from pymoo.optimize import minimize
 
-from common.settings import CR_SELECTIONS
 from compress.gain import DEFAULT_GAIN_GRID
-from strategies.cost_models import LinkLike
+from strategies.collectives.cost import LinkLike
 
 
 class GainModel:
@@ -129,8 +128,8 @@ def solve(
     The last two are scale-free: rescaling an objective (a slower link) leaves the choice where
     it was, which is why ``asf`` is the default.
     """
-    if selection not in CR_SELECTIONS:
-        raise ValueError(f"selection must be one of {CR_SELECTIONS}, got {selection!r}")
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
     problems = problem if isinstance(problem, dict) else {"any": problem}
     start = time.perf_counter()
     fronts, ratio_parts, labels = [], [], []
@@ -153,12 +152,7 @@ def solve(
     front, ratios, names = front[keep][order], ratios[keep][order], names[keep][order]
     ideal, nadir = front.min(axis=0), front.max(axis=0)
     normalised = (front - ideal) / np.where(nadir > ideal, nadir - ideal, 1.0)
-    if selection == "asf":
-        index = int(ASF().do(front, 1.0 / np.asarray(weights)).argmin())
-    elif selection == "asf-front":
-        index = int(ASF().do(normalised, 1.0 / np.asarray(weights)).argmin())
-    else:
-        index = _knee(normalised)
+    index = SELECTIONS[selection](front, normalised, weights)
     return Solution(
         ratio=float(ratios[index]),
         collective=str(names[index]),
@@ -186,6 +180,30 @@ def _knee(normalised: NDArray[np.float64]) -> int:
         direction[0] * (normalised[:, 1] - a[1]) - direction[1] * (normalised[:, 0] - a[0])
     )
     return int(np.argmax(distance / length))
+
+
+def _asf(
+    front: NDArray[np.float64], normalised: NDArray[np.float64], weights: tuple[float, float]
+) -> int:
+    return int(ASF().do(front, 1.0 / np.asarray(weights)).argmin())
+
+
+def _asf_front(
+    front: NDArray[np.float64], normalised: NDArray[np.float64], weights: tuple[float, float]
+) -> int:
+    return int(ASF().do(normalised, 1.0 / np.asarray(weights)).argmin())
+
+
+def _knee_point(
+    front: NDArray[np.float64], normalised: NDArray[np.float64], weights: tuple[float, float]
+) -> int:
+    return _knee(normalised)
+
+
+# cr-selection -> the index of the chosen front point (front, normalised front, weights)
+SELECTIONS: dict[
+    str, Callable[[NDArray[np.float64], NDArray[np.float64], tuple[float, float]], int]
+] = {"asf": _asf, "asf-front": _asf_front, "knee": _knee_point}
 
 
 # --- the schedule the strategy asks for each round's ratio ----------------------------------

@@ -9,12 +9,10 @@ pick a model by name instead of by if/elif.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
-
-from wire.codec import index_nbytes
 
 
 @dataclass(frozen=True)
@@ -141,9 +139,7 @@ def cost(kind: Collective, n: int, nbytes: float, link: Link) -> float:
 
 # --- this project's star-topology Top-k modes (what Flower carries physically) --------------
 
-MESSAGE_OVERHEAD_BYTES = (
-    200  # protobuf framing, config and metrics of one message (measured ~150-250)
-)
+MESSAGE_OVERHEAD_BYTES = 200  # protobuf framing, config and metrics of one message (~150-250)
 
 
 class LinkLike(Protocol):
@@ -155,41 +151,6 @@ class LinkLike(Protocol):
     def uplink_bytes_per_s(self) -> float: ...
     @property
     def downlink_bytes_per_s(self) -> float: ...
-
-
-def _transfer(link: LinkLike, nbytes: float, up: bool) -> float:
-    rate = link.uplink_bytes_per_s if up else link.downlink_bytes_per_s
-    return link.latency_s + nbytes / rate
-
-
-def star_allgather_topk_s(
-    links: Sequence[LinkLike], compute_s: Sequence[float], k: int, union: int, size: int
-) -> float:
-    """One phase: down the last union update (4u + index bytes), compute, up TopK(e)."""
-    down = 4 * union + index_nbytes(union, size) + MESSAGE_OVERHEAD_BYTES
-    up = 4 * k + index_nbytes(k, size) + MESSAGE_OVERHEAD_BYTES
-    return max(
-        _transfer(link, down, False) + c + _transfer(link, up, True)
-        for link, c in zip(links, compute_s, strict=True)
-    )
-
-
-def star_allreduce_topk_s(
-    links: Sequence[LinkLike], compute_s: Sequence[float], k: int, size: int
-) -> float:
-    """Three phases: train (down k-sparse update, up metrics), indices (the leader: up the index
-    set; the slowest client is assumed to lead), values (down the index set, up k values)."""
-    ov = MESSAGE_OVERHEAD_BYTES
-    idx = index_nbytes(k, size)
-    train = max(
-        _transfer(link, 4 * k + idx + ov, False) + c + _transfer(link, ov, True)
-        for link, c in zip(links, compute_s, strict=True)
-    )
-    indices = max(_transfer(link, ov, False) + _transfer(link, idx + ov, True) for link in links)
-    values = max(
-        _transfer(link, idx + ov, False) + _transfer(link, 4 * k + ov, True) for link in links
-    )
-    return train + indices + values
 
 
 # --- ring and tree topologies: the exchange as the paper's peer collectives would run it ------
@@ -213,3 +174,9 @@ def peer_exchange_s(
     if key not in _PEER_EXCHANGES:
         raise ValueError(f"no peer cost model for topology {topology!r} and {collective!r}")
     return _PEER_EXCHANGES[key](n, model_bytes, ratio, link)
+
+
+def transfer_s(link: LinkLike, nbytes: float, up: bool) -> float:
+    """latency + bytes / bandwidth, uplink or downlink."""
+    rate = link.uplink_bytes_per_s if up else link.downlink_bytes_per_s
+    return link.latency_s + nbytes / rate

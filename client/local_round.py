@@ -1,0 +1,90 @@
+"""One round of local training: this round's batches (partition or stream buffer, plus any
+injected samples), local SGD from the given model, and the samples to share if asked."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context
+from torch import nn
+
+from client.node import local_data, node_identity, node_stream_rate
+from client.stream_round import draw_stream_round
+from client.streams import WallClock
+from client.training import TrainResult, batch_rng, local_sgd, random_batches
+from common.data import ArrayData
+from common.rates import STREAM_OFF
+from common.settings import Settings
+from wire.messages import RoundConfig, Samples, StreamReport, Vector
+
+
+@dataclass(frozen=True)
+class LocalRound:
+    partition_id: int
+    result: TrainResult
+    stream: StreamReport | None  # streaming clients
+    shared: ArrayRecord | None  # data injection: samples this client shares, if asked
+    train_s: float  # wall seconds of local SGD
+
+
+def _share(data: ArrayData, batch: np.ndarray, beta: float, rng: np.random.Generator) -> Samples:
+    """A random ceil(β·b) of the b own samples this client trains on this round (all its
+    local steps), features and labels."""
+    count = min(batch.size, math.ceil(beta * batch.size))
+    chosen = np.sort(rng.choice(batch, size=count, replace=False))
+    return Samples(data.x[chosen], data.y[chosen])
+
+
+def train_locally(
+    context: Context,
+    settings: Settings,
+    model: nn.Module,
+    config: RoundConfig,
+    start: Vector,
+    relayed: Samples | None,
+) -> LocalRound:
+    """Local SGD from ``start`` on this round's batches (stream or partition)."""
+    torch.set_num_threads(1)  # several simulated clients share two cores
+    partition_id = node_identity(context, settings)
+    data = local_data(context, settings, partition_id)
+    stream = None
+    if settings.stream_rates == STREAM_OFF:
+        rng = batch_rng(config.seed, partition_id, config.server_round)
+        batches = random_batches(rng, len(data), config.batch_size, config.local_steps)
+    else:
+        drawn = draw_stream_round(
+            context.state,
+            settings,
+            partition_id=partition_id,
+            partition_size=len(data),
+            start_s=config.round_start_s,
+            server_round=config.server_round,
+            local_steps=config.local_steps,
+            batch_size=config.batch_size,
+            rate=node_stream_rate(context),
+            wall=WallClock.from_state(context.state) if settings.timing == "measured" else None,
+        )
+        batches = drawn.batches
+        sample_bytes = data.x[0].nbytes + data.y[0].nbytes
+        stream = StreamReport(
+            rate=drawn.rate,
+            wait_s=drawn.wait_s,
+            buffer_samples=drawn.peak_samples,
+            buffer_bytes=drawn.peak_samples * sample_bytes,
+            samples=int(sum(b.size for b in batches)),
+        )
+    shared = None
+    if config.inject_partitions is not None and partition_id in config.inject_partitions:
+        rng = np.random.default_rng([settings.seed, 0x1A, partition_id, config.server_round])
+        beta = config.inject_beta or 0.0
+        shared = _share(data, np.concatenate(batches), beta, rng).to_record()
+    extra = None if relayed is None else ArrayData(x=relayed.x, y=relayed.y)
+    began = time.perf_counter()
+    result = local_sgd(
+        model, start, data, batches=batches, learning_rate=config.learning_rate, extra=extra
+    )
+    return LocalRound(partition_id, result, stream, shared, time.perf_counter() - began)

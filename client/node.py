@@ -1,0 +1,57 @@
+"""What a node knows of itself: its partition (node config), its data, its own stream rate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context
+
+from common.data import ArrayData, client_partition
+from common.settings import Settings
+from wire.keys import NODE_NUM_PARTITIONS, NODE_PARTITION_ID, NODE_STREAM_RATE, SAMPLES_X, SAMPLES_Y
+
+LOCAL_DATA_KEY = "local-data"
+
+
+def node_identity(context: Context, settings: Settings) -> int:
+    """This node's partition id, checked against the run's number of clients."""
+    config = context.node_config
+    for key in (NODE_PARTITION_ID, NODE_NUM_PARTITIONS):
+        if key not in config:
+            raise ValueError(f"node config lacks {key!r} (pass it with --node-config)")
+    partition_id = int(config[NODE_PARTITION_ID])
+    num_partitions = int(config[NODE_NUM_PARTITIONS])
+    if num_partitions != settings.num_clients:
+        raise ValueError(
+            f"node has num-partitions={num_partitions} but the run has "
+            f"num-clients={settings.num_clients}; they must agree"
+        )
+    return partition_id
+
+
+def node_stream_rate(context: Context) -> float | None:
+    """The device's own stream rate (node config ``stream-rate``, samples/s), if it sets one."""
+    if NODE_STREAM_RATE not in context.node_config:
+        return None
+    value = context.node_config[NODE_STREAM_RATE]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"node config stream-rate = {value!r} is not a number")
+    if value <= 0:
+        raise ValueError(f"node config stream-rate must be > 0 samples/s, got {value}")
+    return float(value)
+
+
+def local_data(context: Context, settings: Settings, partition_id: int) -> ArrayData:
+    """The node's partition, kept in ``context.state`` so it is loaded once per node."""
+    if LOCAL_DATA_KEY not in context.state:
+        data = client_partition(settings, partition_id)
+        context.state[LOCAL_DATA_KEY] = ArrayRecord(
+            {SAMPLES_X: Array(data.x), SAMPLES_Y: Array(data.y)}
+        )
+    record = context.state[LOCAL_DATA_KEY]
+    assert isinstance(record, ArrayRecord)
+    return ArrayData(
+        x=np.asarray(record[SAMPLES_X].numpy(), dtype=np.float32),
+        y=np.asarray(record[SAMPLES_Y].numpy(), dtype=np.int64),
+    )

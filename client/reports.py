@@ -1,0 +1,38 @@
+"""What the server's ratio policies ask clients to report, from e = update + residual before
+compression: the gain at every grid ratio (NSGA-II) and the smoothed residual share
+(adaptive compression)."""
+
+from __future__ import annotations
+
+from flwr.app import ConfigRecord, RecordDict
+
+from compress.base import ErrorFeedback, Vector
+from compress.gain import DEFAULT_GAIN_GRID, gain_curve
+from wire.messages import CompressionConfig
+
+ADAPTIVE_STATE_KEY = "adaptive"
+ADAPTIVE_SMOOTHING = 0.3  # EWMA weight of the newest residual share
+
+
+def smoothed_residual_share(state: RecordDict, share: float) -> float:
+    """EWMA of this client's residual share, kept in ``context.state``."""
+    if ADAPTIVE_STATE_KEY in state.config_records:
+        previous = float(state.config_records[ADAPTIVE_STATE_KEY]["share"])  # type: ignore[arg-type]
+        share = ADAPTIVE_SMOOTHING * share + (1 - ADAPTIVE_SMOOTHING) * previous
+    state[ADAPTIVE_STATE_KEY] = ConfigRecord({"share": share})
+    return min(1.0, max(0.0, share))
+
+
+def reports(
+    state: RecordDict, update: Vector, compression: CompressionConfig
+) -> tuple[list[float] | None, float | None]:
+    """(gain grid, residual share) as the instructions ask; None for what they do not."""
+    if not compression.report_gain and compression.adaptive_ratio is None:
+        return None, None
+    compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
+    gains = gain_curve(compensated, DEFAULT_GAIN_GRID) if compression.report_gain else None
+    share = None
+    if compression.adaptive_ratio is not None:
+        kept = gain_curve(compensated, [compression.adaptive_ratio])[0]
+        share = smoothed_residual_share(state, 1.0 - kept)
+    return gains, share

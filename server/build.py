@@ -1,0 +1,82 @@
+"""How settings choose the strategy's parts: one table per choice, read by the ServerApp.
+
+A module that does maths does not read the run config; this one turns settings into the
+arguments of those modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flwr.app import ConfigRecord
+
+from common.data import data_spec
+from common.settings import Settings
+from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
+from strategies.relay import InjectionPlan, Relay
+from wire.keys import BATCH_SIZE, LEARNING_RATE, LOCAL_STEPS, SEED
+
+AUTO = "auto"  # collective = auto: chosen per round
+
+# strategy -> the collective it runs (topk: the compressed one the settings name, or auto)
+COLLECTIVE_OF_STRATEGY: dict[str, Callable[[Settings], str]] = {
+    "dense": lambda s: "dense",
+    "topk": lambda s: s.collective,
+}
+
+
+def _nsga2(settings: Settings) -> RatioPolicy:
+    return Nsga2Ratio(
+        initial_ratio=settings.compression_ratio,
+        cr_min=settings.cr_min,
+        cr_max=settings.cr_max,
+        warmup_rounds=settings.cr_warmup_rounds,
+        population=settings.cr_population,
+        generations=settings.cr_generations,
+        seed=settings.seed,
+        selection=settings.cr_selection,
+        weight_time=settings.cr_weight_time,
+        collectives=("allgather", "allreduce")
+        if settings.collective == AUTO
+        else (settings.collective,),
+    )
+
+
+# cr-schedule (and the two cases that are no schedule) -> the ratio policy
+RATIO_POLICY: dict[str, Callable[[Settings], RatioPolicy]] = {
+    "fixed": lambda s: FixedRatio(s.compression_ratio),
+    "nsga2": _nsga2,
+    "adaptive": lambda s: AdaptiveRatio(s.compression_ratio, s.adaptive_delta),
+    "dense": lambda s: FixedRatio(1.0),
+}
+
+
+def ratio_policy_name(settings: Settings) -> str:
+    if settings.strategy == "dense":
+        return "dense"
+    return "adaptive" if settings.adaptive_delta > 0 else settings.cr_schedule
+
+
+def relay(settings: Settings) -> Relay | None:
+    """Data injection's relay (injection-alpha > 0), else None."""
+    if settings.injection_alpha <= 0:
+        return None
+    spec = data_spec(settings)
+    return Relay(
+        InjectionPlan(
+            alpha=settings.injection_alpha,
+            beta=settings.injection_beta,
+            seed=settings.seed,
+            num_features=spec.num_features,
+            num_classes=spec.num_classes,
+        )
+    )
+
+
+def train_config_record(
+    *, learning_rate: float, local_steps: int, batch_size: int, seed: int
+) -> ConfigRecord:
+    """The per-round instructions every client starts from (``Strategy.start``'s config)."""
+    return ConfigRecord(
+        {LEARNING_RATE: learning_rate, LOCAL_STEPS: local_steps, BATCH_SIZE: batch_size, SEED: seed}
+    )

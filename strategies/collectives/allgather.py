@@ -1,0 +1,82 @@
+"""Allgather-style Top-k: every client sends TopK(e), its own values and indices.
+
+Client: e = update + residual, I = TopK indices of e, send the compressor's encoding of e[I]
+with I; the residual keeps e minus what the server decodes. Server: a weighted scatter-add of
+every client's sparse vector, O(N·k) work and one d-vector of memory; the union of the index
+sets with their summed values is the round's update. One phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from compress.base import ErrorFeedback, send_at
+from compress.topk import topk_indices
+from strategies.collectives.base import (
+    ActionHandler,
+    Aggregate,
+    ClientPayload,
+    ClientRound,
+    Indices,
+    Participant,
+    Program,
+    RoundPlan,
+    finished,
+)
+from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
+from strategies.collectives.maths import scatter_add
+from wire.codec import Sparse, index_nbytes, sparse_record, topk_count
+from wire.messages import TrainReply, required_sparse
+
+
+class Allgather:
+    name: ClassVar[str] = "allgather"
+    compressed: ClassVar[bool] = True
+    client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
+
+    @staticmethod
+    def client_train(job: ClientRound) -> ClientPayload:
+        assert job.instruction.compression is not None
+        size = job.update.size
+        compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
+        indices = topk_indices(compensated, topk_count(size, job.instruction.compression.ratio))
+        encoded = send_at(job.state, compensated, indices, job.compressor, job.rng)
+        return ClientPayload(sparse=sparse_record(indices, size, encoded.arrays))
+
+    def decode(self, reply: TrainReply, plan: RoundPlan) -> Sparse:
+        record = required_sparse(reply.sparse)
+        return Sparse.from_record(record, plan.size, plan.k, plan.compressor.decode)
+
+    def round_index_set(self) -> Indices | None:
+        return None
+
+    def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        sparses = [p.contribution for p in participants if isinstance(p.contribution, Sparse)]
+        if not sparses:
+            return finished(Aggregate([], None))
+        union, values = scatter_add(
+            [s.indices for s in sparses],
+            [s.values for s in sparses],
+            plan.weights(participants),
+            plan.size,
+        )
+        return finished(Aggregate(participants, Sparse(union, values, plan.size)))
+
+    @staticmethod
+    def predict_star_s(
+        links: Sequence[LinkLike],
+        compute_s: Sequence[float],
+        k: int,
+        union: int,
+        size: int,
+        values_nbytes: int,
+    ) -> float:
+        """One phase: down the last union update (4u + index bytes), compute, up TopK(e)
+        (``values_nbytes`` of values and the index bytes)."""
+        down = 4 * union + index_nbytes(union, size) + MESSAGE_OVERHEAD_BYTES
+        up = values_nbytes + index_nbytes(k, size) + MESSAGE_OVERHEAD_BYTES
+        return max(
+            transfer_s(link, down, False) + c + transfer_s(link, up, True)
+            for link, c in zip(links, compute_s, strict=True)
+        )

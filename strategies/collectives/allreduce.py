@@ -1,0 +1,313 @@
+"""Allreduce-compatible Top-k: every client sends values at one shared index set I.
+
+Uplinks carry values only, so the values can be summed as an allreduce would. Where I comes
+from is the index policy:
+- ``leader`` (the papers'): three phases. ``train``: every client trains, holds
+  e = update + residual in its state and reports ||TopK(e)||²; ``indices``: the leader (STAR:
+  the client at position round mod N by partition id; VAR: the largest ||TopK(e)||²) sends the
+  Top-k indices of its e; ``values``: I goes to everyone, each sends e[I] and keeps the rest.
+- ``global`` (in neither paper): I is the Top-k of the previous aggregated update and travels
+  with the instructions, so clients send e[I] at once; the first round uses the leader phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+
+from compress.base import ErrorFeedback, load_vector, send_at, store_vector
+from compress.topk import topk_energy, topk_indices
+from strategies.collectives.base import (
+    ActionHandler,
+    Aggregate,
+    ClientAction,
+    ClientPayload,
+    ClientRound,
+    Exchange,
+    Indices,
+    Participant,
+    Phase,
+    Program,
+    Replies,
+    RoundPlan,
+    Vector,
+    finished,
+)
+from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
+from strategies.collectives.maths import weighted_average
+from wire.codec import (
+    PayloadError,
+    Sparse,
+    decode_indices,
+    index_nbytes,
+    indices_record,
+    topk_count,
+)
+from wire.keys import INDICES_ACTION, TRAIN_INDICES, TRAIN_VALUES, VALUES_ACTION
+from wire.messages import (
+    PhaseReply,
+    PhaseRequest,
+    TrainReply,
+    compress_s_of,
+    index_set_of,
+    required_sparse,
+)
+from wire.nbytes import content_nbytes
+from wire.tally import ClientWork
+
+PENDING_KEY = "ef-pending"  # e, held between the training and the value phase
+
+
+# --- client half -----------------------------------------------------------------------------
+
+
+def _train(job: ClientRound) -> ClientPayload:
+    """Global index policy: e[I] now. Leader: hold e, report ||TopK(e)||² (the VAR score)."""
+    assert job.instruction.compression is not None
+    size = job.update.size
+    compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
+    if job.instruction.index_set is not None:
+        encoded = send_at(
+            job.state, compensated, job.instruction.index_set, job.compressor, job.rng
+        )
+        return ClientPayload(sparse=ArrayRecord(encoded.arrays))
+    store_vector(job.state, PENDING_KEY, compensated)
+    k = topk_count(size, job.instruction.compression.ratio)
+    return ClientPayload(topk_norm2=topk_energy(compensated, topk_indices(compensated, k)))
+
+
+def _held(action: ClientAction) -> Vector:
+    held = load_vector(action.state, PENDING_KEY)
+    if held is None:
+        raise ValueError("request without a compensated update from this round's training")
+    return held
+
+
+def _indices(action: ClientAction) -> ArrayRecord:
+    """The leader: the Top-k indices of its held e."""
+    held = _held(action)
+    ratio = PhaseRequest.parse(action.content).ratio
+    return indices_record(topk_indices(held, topk_count(held.size, ratio)), held.size)
+
+
+def _values(action: ClientAction) -> ArrayRecord:
+    """Everyone: the compressor's encoding of e[I]; the residual keeps the rest."""
+    held = _held(action)
+    index_set = index_set_of(action.content, held.size)
+    if index_set is None:
+        raise ValueError("values request without an index set")
+    del action.state[PENDING_KEY]
+    return ArrayRecord(send_at(action.state, held, index_set, action.compressor, action.rng).arrays)
+
+
+# --- server half -----------------------------------------------------------------------------
+
+
+def _star_leader(server_round: int, participants: Sequence[Participant]) -> Participant:
+    return participants[server_round % len(participants)]
+
+
+def _var_leader(server_round: int, participants: Sequence[Participant]) -> Participant:
+    return max(participants, key=lambda p: (p.reply.topk_norm2 or 0.0, -p.partition_id))
+
+
+def _no_index_set(update: Sparse, k: int) -> Indices | None:
+    return None
+
+
+def _previous_topk(update: Sparse, k: int) -> Indices | None:
+    return topk_indices(update.dense(), k)
+
+
+Leader = Callable[[int, Sequence[Participant]], Participant]
+LEADERS: dict[str, Leader] = {"star": _star_leader, "var": _var_leader}
+# index policy -> the index set of the next round, from this round's aggregated update
+INDEX_POLICIES: dict[str, Callable[[Sparse, int], Indices | None]] = {
+    "leader": _no_index_set,
+    "global": _previous_topk,
+}
+
+
+def shared_index_factor(participants: Sequence[Participant]) -> float:
+    """Mean over clients (by examples) of ||e[I]||² / ||TopK(e)||²: how much of its own Top-k
+    energy a client sent at the leader's indices (1 for the leader)."""
+    shares, weights = [], []
+    for p in participants:
+        values, norm2 = p.contribution, p.reply.topk_norm2 or 0.0
+        if isinstance(values, np.ndarray):
+            energy = float(values.astype(np.float64) @ values)
+            shares.append(min(1.0, energy / norm2) if norm2 > 0 else 1.0)
+            weights.append(p.num_examples)
+    return float(np.average(shares, weights=weights))
+
+
+class Allreduce:
+    name: ClassVar[str] = "allreduce"
+    compressed: ClassVar[bool] = True
+    client_actions: ClassVar[Mapping[str, ActionHandler]] = {
+        INDICES_ACTION: _indices,
+        VALUES_ACTION: _values,
+    }
+    client_train = staticmethod(_train)
+
+    def __init__(self, leader: str = "star", index_policy: str = "leader") -> None:
+        self.choose_leader = LEADERS[leader]
+        self.next_index_set = INDEX_POLICIES[index_policy]
+        self._index_set: Indices | None = None  # for the next round (global policy)
+
+    def round_index_set(self) -> Indices | None:
+        return self._index_set
+
+    def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | None:
+        if plan.index_set is not None:
+            return plan.compressor.decode(required_sparse(reply.sparse), plan.index_set.size)
+        if reply.topk_norm2 is None:
+            raise ValueError("topk-norm2 None is not a non-negative number")
+        return None  # values come in the value phase
+
+    def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        if plan.index_set is not None:
+            return finished(self._aggregate(plan, plan.index_set, participants))
+        return self._leader_phases(plan, participants)
+
+    def _aggregate(
+        self,
+        plan: RoundPlan,
+        index_set: Indices,
+        participants: list[Participant],
+        leader: int | None = None,
+        factor: float | None = None,
+    ) -> Aggregate:
+        if not participants:
+            return Aggregate([], None, leader=leader)
+        values = [p.contribution for p in participants]
+        update = Sparse(
+            index_set,
+            weighted_average(values, plan.weights(participants)),  # type: ignore[arg-type]
+            plan.size,
+        )
+        self._index_set = self.next_index_set(update, plan.k)
+        return Aggregate(participants, update, factor, leader)
+
+    def _leader_phases(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        if not participants:
+            return Aggregate([], None)
+        leader = self.choose_leader(plan.server_round, participants)
+        request = PhaseRequest(plan.server_round, plan.ratio).to_content()
+        replies = yield Exchange(
+            INDICES_ACTION,
+            [Message(content=request, dst_node_id=leader.node_id, message_type=TRAIN_INDICES)],
+        )
+        index_set = self._leader_indices(plan, leader, content_nbytes(request), replies)
+        if index_set is None:
+            return Aggregate([], None, leader=leader.node_id)  # no index set, no round
+        values_request = PhaseRequest(plan.server_round, plan.ratio, index_set, plan.size)
+        content = values_request.to_content()
+        replies = yield Exchange(
+            VALUES_ACTION,
+            [
+                Message(content=content, dst_node_id=p.node_id, message_type=TRAIN_VALUES)
+                for p in participants
+            ],
+        )
+        accepted = self._values_replies(
+            plan, participants, index_set, content_nbytes(content), replies
+        )
+        factor = shared_index_factor(accepted) if accepted else None
+        return self._aggregate(plan, index_set, accepted, leader.node_id, factor)
+
+    def _leader_indices(
+        self, plan: RoundPlan, leader: Participant, bytes_down: int, replies: Replies
+    ) -> Indices | None:
+        """The leader's index set, checked (None when it gave none); logs the phase."""
+        reply = replies.messages[0] if replies.messages else None
+        index_set, bytes_up, measured = None, 0, None
+        try:
+            if reply is None:
+                plan.log.failed.append(
+                    f"node {leader.node_id} (partition {leader.partition_id}) (indices): no reply"
+                )
+                raise ValueError("no reply")
+            if reply.has_error():
+                raise ValueError(f"client error: {reply.error.reason}")
+            index_set = np.sort(decode_indices(PhaseReply.sparse_of(reply.content), plan.size))
+            if index_set.size != plan.k:
+                raise PayloadError(f"{index_set.size} indices, expected {plan.k}")
+            bytes_up = content_nbytes(reply.content)
+            measured = plan.measure(reply)
+        except (ValueError, KeyError) as exc:
+            plan.log.refuse(leader.node_id, INDICES_ACTION, exc)
+            index_set, bytes_up = None, 0
+        work = ClientWork(leader.partition_id, bytes_down, 0, bytes_up, measured=measured)
+        plan.log.phases.append(Phase(INDICES_ACTION, [work], replies.wall_s, bytes_down))
+        return index_set
+
+    def _values_replies(
+        self,
+        plan: RoundPlan,
+        participants: list[Participant],
+        index_set: Indices,
+        bytes_down: int,
+        replies: Replies,
+    ) -> list[Participant]:
+        """Participants whose values at I were accepted, by partition id; logs the phase."""
+        by_node = {p.node_id: p for p in participants}
+        accepted: list[Participant] = []
+        works: list[ClientWork] = []
+        for msg in replies.messages:
+            node = msg.metadata.src_node_id
+            p = by_node.get(node)
+            try:
+                if p is None:
+                    raise ValueError("not a participant of this round")
+                if msg.has_error():
+                    raise ValueError(f"client error: {msg.error.reason}")
+                values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
+                compress_s = compress_s_of(msg.content) or 0.0
+                measured = plan.measure(msg)
+            except (ValueError, KeyError) as exc:
+                plan.log.refuse(node, VALUES_ACTION, exc)
+                continue
+            p.contribution = values
+            p.compress_s += compress_s
+            accepted.append(p)
+            works.append(
+                ClientWork(
+                    p.partition_id, bytes_down, 0, content_nbytes(msg.content), measured=measured
+                )
+            )
+        plan.log.phases.append(
+            Phase(VALUES_ACTION, works, replies.wall_s, sum(w.bytes_down for w in works))
+        )
+        plan.log.failed.extend(
+            f"node {p.node_id} (partition {p.partition_id}) (values): no usable reply"
+            for p in participants
+            if p not in accepted
+        )
+        accepted.sort(key=lambda p: p.partition_id)
+        return accepted
+
+    @staticmethod
+    def predict_star_s(
+        links: Sequence[LinkLike], compute_s: Sequence[float], k: int, size: int, values_nbytes: int
+    ) -> float:
+        """Three phases: train (down k-sparse update, up metrics), indices (the leader: up the
+        index set; the slowest client is assumed to lead), values (down the index set, up k
+        values of ``values_nbytes``)."""
+        ov = MESSAGE_OVERHEAD_BYTES
+        idx = index_nbytes(k, size)
+        train = max(
+            transfer_s(link, 4 * k + idx + ov, False) + c + transfer_s(link, ov, True)
+            for link, c in zip(links, compute_s, strict=True)
+        )
+        indices = max(
+            transfer_s(link, ov, False) + transfer_s(link, idx + ov, True) for link in links
+        )
+        values = max(
+            transfer_s(link, idx + ov, False) + transfer_s(link, values_nbytes + ov, True)
+            for link in links
+        )
+        return train + indices + values

@@ -1,0 +1,212 @@
+"""What every collective shares: the Collective protocol, the round plan it is given, the
+participants it aggregates, its exchanges, and the log of what happened.
+
+A collective owns both halves of one exchange: the client half (``client_train`` turns a
+client's update into its reply payload, ``client_actions`` answer any further message types)
+and the server half (``decode`` reads one training reply's payload; ``program`` is the rest of
+the round: a generator that yields each further ``Exchange`` for the strategy to send and
+returns the ``Aggregate``). Collective modules import no server code: a ClientApp loads them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import ClassVar, Protocol
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.common.logger import log
+from numpy.typing import NDArray
+
+from compress.base import Compressor
+from wire.codec import Sparse
+from wire.layout import Layout
+from wire.messages import TrainInstruction, TrainReply
+from wire.tally import ClientWork, MeasuredTimes
+
+Vector = NDArray[np.float32]
+Indices = NDArray[np.int64]
+
+
+# --- client half -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientRound:
+    """What a collective's client half gets once local training is done."""
+
+    state: RecordDict  # the node's context.state (residual, held vectors)
+    update: Vector  # this round's local update, flat
+    instruction: TrainInstruction
+    layout: Layout
+    compressor: Compressor
+    rng: np.random.Generator  # seeded per client and round (stochastic compressors)
+
+
+@dataclass(frozen=True)
+class ClientAction:
+    """A further phase's request at a client (e.g. Allreduce's ``indices`` and ``values``)."""
+
+    state: RecordDict
+    content: RecordDict  # the request as it came
+    compressor: Compressor
+    rng: np.random.Generator
+
+
+ActionHandler = Callable[[ClientAction], ArrayRecord]  # -> the reply's compressed payload
+
+
+@dataclass(frozen=True)
+class ClientPayload:
+    """The collective's part of a training reply."""
+
+    update: ArrayRecord | None = None  # dense: in the model's layout
+    sparse: ArrayRecord | None = None  # compressed
+    topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
+
+
+# --- server half -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DenseUpdate:
+    """A full update vector: applied by adding it to the model."""
+
+    vector: Vector
+
+    def apply_to(self, model: Vector) -> Vector:
+        return model + self.vector
+
+
+Update = DenseUpdate | Sparse
+
+
+@dataclass
+class Participant:
+    """One client's standing in the round: its training reply and what it contributes."""
+
+    node_id: int
+    reply: TrainReply
+    bytes_up: int  # of its training reply
+    measured: MeasuredTimes | None  # timing = "measured": its training exchange
+    contribution: Vector | Sparse | None = None  # dense update, its TopK(e), or e[I]
+    compress_s: float = 0.0  # all phases
+
+    @property
+    def partition_id(self) -> int:
+        return self.reply.partition_id
+
+    @property
+    def num_examples(self) -> int:
+        return self.reply.num_examples
+
+
+Weights = Callable[[Sequence[Participant]], list[float]]
+Measure = Callable[[Message], MeasuredTimes | None]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One exchange of the round as the clock will charge it."""
+
+    name: str
+    works: list[ClientWork]
+    wall_s: float | None  # the server's wall time of the exchange (timing = "measured")
+    bytes_down: int  # everything sent in it
+
+
+@dataclass
+class RoundLog:
+    """What happened in a round's exchanges: phases, refused replies, nodes that failed."""
+
+    phases: list[Phase] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def refuse(self, node: int, phase: str | None, reason: object) -> None:
+        where = f"node {node}" if phase is None else f"node {node} ({phase})"
+        log(WARNING, "Refused reply from %s: %s", where, reason)
+        self.refused.append(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class Replies:
+    """The replies to one exchange and its wall time at the server."""
+
+    messages: list[Message]
+    wall_s: float | None
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Messages the strategy sends through the grid for the program's next phase."""
+
+    phase: str
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the server half needs to know of the round."""
+
+    server_round: int
+    size: int  # d, the model's length
+    layout: Layout
+    ratio: float
+    k: int  # entries a compressed reply carries
+    compressor: Compressor
+    index_set: Indices | None  # Allreduce with the global index policy: sent with the round
+    weights: Weights  # aggregation weights of participants
+    measure: Measure  # measured times of a reply (None under modelled timing)
+    log: RoundLog
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    participants: list[Participant]  # whose contributions were aggregated, by partition id
+    update: Update | None  # None: nothing to apply
+    shared_index_factor: float | None = None  # Allreduce with a leader: ||e[I]||² / ||TopK(e)||²
+    leader: int | None = None  # node that chose the index set
+
+
+Program = Generator[Exchange, Replies, Aggregate]
+
+
+class Collective(Protocol):
+    """Both halves of one way to exchange updates (see the module docstring)."""
+
+    name: ClassVar[str]
+    compressed: ClassVar[bool]  # replicas and compression configs (else the dense model goes)
+    client_actions: ClassVar[Mapping[str, ActionHandler]]  # further types: "train.<action>"
+
+    @staticmethod
+    def client_train(job: ClientRound) -> ClientPayload: ...
+
+    def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | Sparse | None: ...
+
+    def round_index_set(self) -> Indices | None:
+        """An index set that travels with this round's instructions, if the collective has one."""
+        ...
+
+    def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...
+
+
+def finished(aggregate: Aggregate) -> Program:
+    """A program with no further exchange: the round ends with the training replies."""
+    return aggregate
+    yield  # a generator all the same
+
+
+def weighted_loss(participants: Sequence[Participant]) -> float:
+    """Training loss averaged by examples (nan when nobody was aggregated)."""
+    if not participants:
+        return math.nan
+    return float(
+        np.average(
+            [p.reply.train_loss for p in participants],
+            weights=[p.num_examples for p in participants],
+        )
+    )

@@ -1,0 +1,410 @@
+"""EdgeStrategy: one synchronous round, read top to bottom.
+
+``configure_train``: choose (ratio policy, then collective policy) → plan (nodes, learning
+rate, injection, replica payloads) → the training instructions, which Flower's ``start`` sends.
+``aggregate_train``: accept the training replies → the collective's program (any further
+exchanges, each sent through the grid in the loop below) → aggregate → apply to the global
+model and advance the replicas → observe (policies, link estimates) → record (the ledger).
+``start`` is Flower's own loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from logging import WARNING
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+from compress.base import Compressor
+from strategies.collectives.base import (
+    Aggregate,
+    Collective,
+    Participant,
+    Phase,
+    Program,
+    Replies,
+    RoundLog,
+    RoundPlan,
+    Vector,
+    Weights,
+)
+from strategies.ledger import Ledger, RoundStats, own_samples
+from strategies.policies.collective import AutoCollective, FixedCollective
+from strategies.policies.lr import LastRound, learning_rate
+from strategies.policies.ratio import RatioPolicy
+from strategies.policies.round_times import TRAIN_PHASE, RoundTimes
+from strategies.relay import Relay
+from strategies.replicas import Replicas
+from wire.codec import Sparse, topk_count
+from wire.keys import (
+    BATCH_SIZE,
+    CONFIG_KEY,
+    INJECT_KEY,
+    LEARNING_RATE,
+    LOCAL_STEPS,
+    NUM_EXAMPLES,
+    SEED,
+    TRAIN,
+    TRAIN_LOSS,
+)
+from wire.layout import Layout
+from wire.messages import RoundConfig, Samples, TrainInstruction, TrainReply
+from wire.nbytes import content_nbytes
+from wire.tally import ClientWork
+
+
+@dataclass(frozen=True)
+class Policies:
+    """What the strategy decides by: each a table entry chosen from the settings."""
+
+    ratio: RatioPolicy
+    collective: FixedCollective | AutoCollective
+    weights: Weights
+    lr_scaling: str
+    lr_scale_max: float
+
+
+@dataclass
+class RoundState:
+    """The round between ``configure_train`` and ``aggregate_train``."""
+
+    server_round: int
+    grid: Grid
+    model: Vector  # the global model the round starts from
+    collective: Collective
+    ratio: float
+    learning_rate: float
+    local_steps: int
+    batch_size: int
+    bytes_down: dict[int, int]  # node -> bytes of its training instruction
+    plan: RoundPlan
+    model_payloads: dict[str, int] | None  # compressed: nodes per replica payload kind
+
+
+class EdgeStrategy(FedAvg):
+    """Synchronous training over a plug-in collective, compressor and policies."""
+
+    def __init__(
+        self,
+        *,
+        num_clients: int,
+        layout: Layout,
+        collectives: dict[str, Collective],
+        compressor: Compressor,
+        policies: Policies,
+        times: RoundTimes,
+        ledger: Ledger,
+        relay: Relay | None = None,
+        min_clients: int = 0,
+        round_timeout_s: float = 600.0,
+    ) -> None:
+        super().__init__(
+            fraction_train=1.0,
+            fraction_evaluate=0.0,  # evaluation is centralized at the server
+            # a round starts once min_clients are connected and goes to all connected nodes
+            min_train_nodes=min_clients or num_clients,
+            min_available_nodes=min_clients or num_clients,
+            weighted_by_key=NUM_EXAMPLES,
+            configrecord_key=CONFIG_KEY,
+        )
+        self.num_clients = num_clients
+        self.layout = layout
+        self.collectives = collectives
+        self.compressor = compressor
+        self.policies = policies
+        self.times = times
+        self.ledger = ledger
+        self.relay = relay
+        self.replicas = Replicas()
+        self.round_timeout_s = round_timeout_s
+        self.partition_of: dict[int, int] = {}  # node id -> partition id, from accepted replies
+        self.stats: dict[int, RoundStats] = {}
+        self.last_round: LastRound | None = None  # batches of the last round, for lr scaling
+        self.current: RoundState | None = None
+
+    # --- choose and plan ---------------------------------------------------------------------
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self.ledger.begin(server_round, grid)
+        ratio = self.policies.ratio.choose(server_round, self.times)
+        name = self.policies.collective.choose(
+            server_round, ratio, self.policies.ratio.preferred_collective
+        )
+        collective = self.collectives[name]
+        model = self.layout.flatten(arrays)
+        nodes = self._nodes(grid)
+        base = float(config[LEARNING_RATE])  # type: ignore[arg-type]
+        lr = learning_rate(
+            self.policies.lr_scaling, base, self.last_round, self.policies.lr_scale_max
+        )
+        round_config = RoundConfig(
+            server_round=server_round,
+            learning_rate=lr,
+            local_steps=int(config[LOCAL_STEPS]),  # type: ignore[arg-type]
+            batch_size=int(config[BATCH_SIZE]),  # type: ignore[arg-type]
+            seed=int(config[SEED]),  # type: ignore[arg-type]
+            round_start_s=self.ledger.clock.now_s,
+            inject_partitions=self._sharers(server_round),
+            inject_beta=None if self.relay is None else self.relay.plan.beta,
+        )
+        contents, payload_counts = self._instructions(
+            round_config, collective, ratio, arrays, model, nodes
+        )
+        messages = [
+            Message(content=contents[node], message_type=TRAIN, dst_node_id=node) for node in nodes
+        ]
+        if self.relay is not None:
+            messages = self.relay.attach(messages, self.partition_of)
+        k = topk_count(self.layout.size, ratio)
+        self.current = RoundState(
+            server_round=server_round,
+            grid=grid,
+            model=model,
+            collective=collective,
+            ratio=ratio,
+            learning_rate=lr,
+            local_steps=round_config.local_steps,
+            batch_size=round_config.batch_size,
+            bytes_down=_sizes(messages),
+            plan=RoundPlan(
+                server_round=server_round,
+                size=self.layout.size,
+                layout=self.layout,
+                ratio=ratio,
+                k=k,
+                compressor=self.compressor,
+                index_set=collective.round_index_set(),
+                weights=self.policies.weights,
+                measure=self.ledger.measure,
+                log=RoundLog(),
+            ),
+            model_payloads=payload_counts,
+        )
+        return messages
+
+    def _nodes(self, grid: Grid) -> list[int]:
+        """Every connected node, once at least ``min_available_nodes`` are."""
+        connected = len(list(grid.get_node_ids()))
+        nodes, _ = sample_nodes(
+            grid, self.min_available_nodes, max(connected, self.min_train_nodes)
+        )
+        return sorted(nodes)
+
+    def _sharers(self, server_round: int) -> tuple[int, ...] | None:
+        if self.relay is None:
+            return None
+        return tuple(self.relay.plan.sharers(server_round, self.num_clients))
+
+    def _instructions(
+        self,
+        round_config: RoundConfig,
+        collective: Collective,
+        ratio: float,
+        arrays: ArrayRecord,
+        model: Vector,
+        nodes: list[int],
+    ) -> tuple[dict[int, RecordDict], dict[str, int] | None]:
+        """Each node's instruction; nodes sent the same share one content (measured once)."""
+        if not collective.compressed:
+            content = TrainInstruction(round_config, dense_model=arrays).to_content()
+            return {node: content for node in nodes}, None
+        compression = self.policies.ratio.config(ratio, collective.name)
+        index_set = collective.round_index_set()
+        payloads = self.replicas.payloads(nodes, model)
+        by_payload = {
+            id(p): TrainInstruction(
+                round_config,
+                replica=p,
+                compression=compression,
+                index_set=index_set,
+                size=self.layout.size,
+            ).to_content()
+            for p in payloads.values()
+        }
+        contents = {node: by_payload[id(p)] for node, p in payloads.items()}
+        return contents, self.replicas.counts(payloads)
+
+    # --- exchanges, aggregation, apply, observe, record --------------------------------------
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        state = self.current
+        if state is None or state.server_round != server_round:
+            raise RuntimeError("aggregate_train called before configure_train")
+        replies = list(replies)
+        trained = self._accept_training(replies, state)
+        self._note_failed(replies, trained, state)
+        self._note_batches(trained, state)
+        started = time.perf_counter()
+        aggregate = self._run(state, state.collective.program(state.plan, trained))
+        aggregate_s = time.perf_counter() - started
+        model = self._apply(state, aggregate)
+        self._observe(state, trained, aggregate)
+        self.stats[server_round] = self._record(state, aggregate, aggregate_s)
+        if not aggregate.participants:
+            return None, None  # keep the old model
+        loss = self.stats[server_round].train_loss
+        return self.layout.unflatten(model), MetricRecord({TRAIN_LOSS: loss})
+
+    def _run(self, state: RoundState, program: Program) -> Aggregate:
+        """The collective's further exchanges, each sent through the grid, until it aggregates."""
+        try:
+            exchange = next(program)
+            while True:
+                sent = state.grid.send_and_receive(exchange.messages, timeout=self.round_timeout_s)
+                exchange = program.send(Replies(list(sent), self.ledger.wall_s()))
+        except StopIteration as done:
+            aggregate: Aggregate = done.value
+            return aggregate
+
+    def _accept_training(self, replies: list[Message], state: RoundState) -> list[Participant]:
+        """Training replies that pass every check, by partition id; logs the training phase."""
+        plan, accepted, seen = state.plan, [], set()
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            try:
+                if msg.has_error():
+                    raise ValueError(f"client error: {msg.error.reason}")
+                reply = TrainReply.parse(msg.content, self.num_clients)
+                if reply.partition_id in seen:
+                    raise ValueError(f"partition-id {reply.partition_id} already replied")
+                shared = self._shared(reply)
+                self.policies.ratio.check(reply)
+                participant = Participant(
+                    node_id=node,
+                    reply=reply,
+                    bytes_up=content_nbytes(msg.content),
+                    measured=self.ledger.measure(msg),
+                    compress_s=reply.compress_s or 0.0,
+                )
+                participant.contribution = state.collective.decode(reply, plan)
+            except (ValueError, KeyError) as exc:
+                plan.log.refuse(node, TRAIN_PHASE, exc)
+                continue
+            seen.add(reply.partition_id)
+            self.partition_of[node] = reply.partition_id
+            if shared is not None and self.relay is not None and reply.shared is not None:
+                self.relay.keep(reply.partition_id, shared, reply.shared)
+            accepted.append(participant)
+        # Replies arrive in completion order; sort so float sums are the same every run.
+        accepted.sort(key=lambda p: p.partition_id)
+        works = [
+            ClientWork(
+                p.partition_id,
+                state.bytes_down.get(p.node_id, 0),
+                p.num_examples,
+                p.bytes_up,
+                p.reply.stream.wait_s if p.reply.stream is not None else 0.0,
+                p.measured,
+            )
+            for p in accepted
+        ]
+        wall_s = self.ledger.wall_s()
+        plan.log.phases.append(Phase(TRAIN_PHASE, works, wall_s, sum(state.bytes_down.values())))
+        return accepted
+
+    def _shared(self, reply: TrainReply) -> Samples | None:
+        """The samples a reply shares (data injection), checked."""
+        if reply.shared is None:
+            return None
+        if self.relay is None:
+            raise ValueError(f"{INJECT_KEY} in a reply, but data injection is off")
+        return self.relay.plan.check(reply.shared, reply.num_examples)
+
+    def _note_failed(
+        self, replies: list[Message], accepted: list[Participant], state: RoundState
+    ) -> None:
+        """Nodes this round was sent to whose reply never came or was not accepted.
+
+        A node that is gone gets an error reply from the SuperLink (sent as node 0; the
+        ledger's grid knows whom it stands for) or none before the round timeout."""
+        reasons: dict[int, str] = {}
+        for m in replies:
+            node = self.ledger.error_destination(m) if m.has_error() else m.metadata.src_node_id
+            reasons[node] = f"error reply ({m.error.reason})" if m.has_error() else "reply refused"
+        ok = {p.node_id for p in accepted}
+        for node in sorted(set(state.bytes_down) - ok):
+            partition = self.partition_of.get(node)
+            who = f"node {node}" + (f" (partition {partition})" if partition is not None else "")
+            state.plan.log.failed.append(
+                f"{who}: {reasons.get(node, 'no reply before the round timeout')}"
+            )
+            log(WARNING, "%s; the round goes on without it", state.plan.log.failed[-1])
+
+    def _note_batches(self, trained: list[Participant], state: RoundState) -> None:
+        """For lr scaling: the global batch per local step of the round's own samples."""
+        if trained:
+            self.last_round = LastRound(
+                global_batch=sum(own_samples(p) for p in trained) // state.local_steps,
+                batch_size=state.batch_size,
+                num_clients=self.num_clients,
+            )
+
+    def _apply(self, state: RoundState, aggregate: Aggregate) -> Vector:
+        """The new global model; the replicas follow a compressed collective's update."""
+        applied = aggregate.update if aggregate.participants else None
+        model = state.model if applied is None else applied.apply_to(state.model)
+        if state.collective.compressed:
+            self.replicas.advance(
+                sent_to=state.bytes_down,
+                applied=applied if isinstance(applied, Sparse) else None,
+                held=[p.node_id for p in aggregate.participants],
+            )
+        return model
+
+    def _observe(self, state: RoundState, trained: list[Participant], aggregate: Aggregate) -> None:
+        self.policies.ratio.observe(trained, aggregate)
+        update = aggregate.update
+        if (
+            state.collective.name == "allgather"
+            and isinstance(update, Sparse)
+            and aggregate.participants
+            and state.ratio < 1.0  # a dense round says nothing about overlap
+        ):
+            self.times.observe_union(update.indices.size, len(aggregate.participants), state.plan.k)
+
+    def _record(self, state: RoundState, aggregate: Aggregate, aggregate_s: float) -> RoundStats:
+        log_ = state.plan.log
+        charge = self.ledger.charge(log_, state.collective.name, state.ratio)
+        self.times.observe(log_.phases, charge.star)
+        chooser = self.policies.collective
+        return self.ledger.record(
+            state.server_round,
+            log_,
+            charge,
+            aggregate.participants,
+            collective=state.collective.name,
+            ratio=state.ratio,
+            local_steps=state.local_steps,
+            aggregate_s=aggregate_s,
+            learning_rate=state.learning_rate,
+            injection=None if self.relay is None else self.relay.stats,
+            model_payloads=state.model_payloads,
+            predicted_allgather_s=chooser.predicted[0],
+            predicted_allreduce_s=chooser.predicted[1],
+            estimated_links=(
+                self.times.estimated_links() if isinstance(chooser, AutoCollective) else None
+            ),
+            **self.policies.ratio.record(),
+        )
+
+
+def _sizes(messages: list[Message]) -> dict[int, int]:
+    """Bytes of each node's instruction; a content shared by several is serialized once."""
+    sizes: dict[int, int] = {}
+    out = {}
+    for m in messages:
+        key = id(m.content)
+        if key not in sizes:
+            sizes[key] = content_nbytes(m.content)
+        out[m.metadata.dst_node_id] = sizes[key]
+    return out

@@ -1,0 +1,40 @@
+"""Learning-rate scaling (``lr-scaling``): this round's learning rate from the last one's batch.
+
+``linear`` multiplies the base rate by (global batch of the last round) / (batch-size ×
+clients), the linear scaling rule on the batches clients actually used; with rate-sized
+batches and one step per second this is ScaDLES' η·ΣS/B. ``lr-scale-max`` > 0 caps the factor:
+the rule holds for moderately larger batches, and rounds that last seconds (a real deployment)
+make rate batches, and so the factor, grow without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LastRound:
+    global_batch: int  # own samples per local step, summed over the clients aggregated
+    batch_size: int  # the configured batch per client
+    num_clients: int
+
+
+def _none(base: float, last: LastRound, scale_max: float) -> float:
+    return base
+
+
+def _linear(base: float, last: LastRound, scale_max: float) -> float:
+    scale = last.global_batch / (last.batch_size * last.num_clients)
+    return base * (min(scale, scale_max) if scale_max > 0 else scale)
+
+
+LR_SCALINGS: dict[str, Callable[[float, LastRound, float], float]] = {
+    "none": _none,
+    "linear": _linear,
+}
+
+
+def learning_rate(policy: str, base: float, last: LastRound | None, scale_max: float) -> float:
+    """This round's learning rate (the base one until a round has reported its batches)."""
+    return base if last is None else LR_SCALINGS[policy](base, last, scale_max)

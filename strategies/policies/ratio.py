@@ -1,0 +1,143 @@
+"""Compression-ratio policies: each round's c, chosen from what earlier rounds observed.
+
+- ``fixed``: ``compression-ratio`` every round.
+- ``nsga2``: NSGA-II over parallel efficiency and compression gain (``nsga2.Nsga2Schedule``);
+  clients report their gain curve; the chosen point also names a collective (``auto``).
+- adaptive (``adaptive-delta`` > 0, ScaDLES): c when most clients' residual share was at most
+  δ last round, else dense (c = 1); the first round is dense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Protocol
+
+import numpy as np
+
+from strategies.collectives.base import Aggregate, Participant
+from strategies.policies.round_times import RoundTimes
+from wire.messages import CompressionConfig, TrainReply
+
+
+class RatioPolicy(Protocol):
+    preferred_collective: str | None  # a collective the policy's choice assumed, if any
+
+    def choose(self, server_round: int, times: RoundTimes) -> float: ...
+
+    def config(self, ratio: float, collective: str) -> CompressionConfig:
+        """The instructions' compression config: the ratio and what clients must report."""
+        ...
+
+    def check(self, reply: TrainReply) -> None:
+        """Raise ValueError when a reply lacks what this policy asked clients to report."""
+        ...
+
+    def observe(self, trained: list[Participant], aggregate: Aggregate) -> None: ...
+
+    def record(self) -> dict[str, Any]:
+        """Fields of the round's record (``ratio_solve``, ``adaptive``)."""
+        ...
+
+
+class FixedRatio:
+    preferred_collective: str | None = None
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = ratio
+
+    def choose(self, server_round: int, times: RoundTimes) -> float:
+        return self.ratio
+
+    def config(self, ratio: float, collective: str) -> CompressionConfig:
+        return CompressionConfig(ratio, collective)
+
+    def check(self, reply: TrainReply) -> None:
+        pass
+
+    def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
+        pass
+
+    def record(self) -> dict[str, Any]:
+        return {}
+
+
+class Nsga2Ratio:
+    """The NSGA-II schedule; pymoo is imported only when this policy is built."""
+
+    def __init__(self, **schedule: Any) -> None:
+        from strategies.policies.nsga2 import Nsga2Schedule
+
+        self.schedule = Nsga2Schedule(**schedule)
+
+    @property
+    def preferred_collective(self) -> str | None:
+        return self.schedule.collective
+
+    def choose(self, server_round: int, times: RoundTimes) -> float:
+        return self.schedule.ratio_for(
+            server_round, times.predict, times.slowest_compute_s(), times.links()
+        )
+
+    def config(self, ratio: float, collective: str) -> CompressionConfig:
+        return CompressionConfig(ratio, collective, report_gain=True)
+
+    def check(self, reply: TrainReply) -> None:
+        count = len(self.schedule.gain_model.grid)
+        if reply.gains is None or len(reply.gains) != count:
+            raise ValueError(f"gain-grid must be {count} numbers in (0, 1], got {reply.gains!r}")
+
+    def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
+        reporting = [p for p in trained if p.reply.gains is not None]
+        self.schedule.observe_gains(
+            [p.reply.gains for p in reporting],  # type: ignore[misc]
+            [p.num_examples for p in reporting],
+        )
+        if aggregate.shared_index_factor is not None:
+            self.schedule.observe_shared_gain(aggregate.shared_index_factor)
+
+    def record(self) -> dict[str, Any]:
+        solve = self.schedule.last_solve
+        return {"ratio_solve": asdict(solve)} if solve is not None else {}
+
+
+class AdaptiveRatio:
+    """ScaDLES adaptive compression: c or dense, by majority vote on residual shares."""
+
+    preferred_collective: str | None = None
+
+    def __init__(self, ratio: float, delta: float) -> None:
+        self.ratio, self.delta = ratio, delta
+        self.compress_next = False  # the first round is dense: nothing reported yet
+        self.vote: dict[str, Any] | None = None
+
+    def choose(self, server_round: int, times: RoundTimes) -> float:
+        return self.ratio if self.compress_next else 1.0
+
+    def config(self, ratio: float, collective: str) -> CompressionConfig:
+        return CompressionConfig(ratio, collective, adaptive_ratio=self.ratio)
+
+    def check(self, reply: TrainReply) -> None:
+        if reply.residual_share is None:
+            raise ValueError("residual-share None is not a number in [0, 1]")
+
+    def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
+        """Compress next round when most clients' residual share is at most δ."""
+        shares = [p.reply.residual_share for p in trained if p.reply.residual_share is not None]
+        votes = sum(share <= self.delta for share in shares)
+        self.compress_next = 2 * votes > len(shares)
+        self.vote = {
+            "votes_to_compress": votes,
+            "voters": len(shares),
+            "median_share": float(np.median(shares)) if shares else None,
+            "compress_next_round": self.compress_next,
+        }
+
+    def record(self) -> dict[str, Any]:
+        return {"adaptive": self.vote}
+
+
+RATIO_POLICIES: dict[str, Callable[..., RatioPolicy]] = {
+    "fixed": FixedRatio,
+    "nsga2": Nsga2Ratio,
+}

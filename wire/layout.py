@@ -1,0 +1,66 @@
+"""A model's layout: the names and shapes of its arrays, in ``state_dict`` order.
+
+Compression and aggregation work on the whole model flattened into one float32 vector; the
+dense collective's messages carry it in this layout, one Array per tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from flwr.app import Array, ArrayRecord
+from numpy.typing import NDArray
+
+
+class HasStateDict(Protocol):
+    """A torch module, as far as its layout goes (wire/ does not import torch)."""
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Names and shapes of a model's arrays, in order."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def size(self) -> int:
+        return int(sum(int(np.prod(s)) for s in self.shapes))
+
+    @classmethod
+    def of_model(cls, model: HasStateDict) -> Layout:
+        state = model.state_dict()
+        return cls(tuple(state), tuple(tuple(t.shape) for t in state.values()))
+
+    @classmethod
+    def of_record(cls, record: ArrayRecord) -> Layout:
+        return cls(tuple(record), tuple(tuple(a.shape) for a in record.values()))
+
+    def flatten(self, record: ArrayRecord) -> NDArray[np.float32]:
+        """All arrays of ``record`` concatenated into one float32 vector."""
+        if tuple(record) != self.names:
+            raise ValueError(f"array names {list(record)} do not match the model's {self.names}")
+        parts = []
+        for name, shape in zip(self.names, self.shapes, strict=True):
+            arr = record[name].numpy()
+            # Flower stores a 0-d array (batch norm's num_batches_tracked) with shape (1,).
+            if tuple(arr.shape) != shape and not (shape == () and arr.shape == (1,)):
+                raise ValueError(f"array {name!r} has shape {arr.shape}, expected {shape}")
+            parts.append(arr.astype(np.float32, copy=False).reshape(-1))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def unflatten(self, vector: NDArray[np.float32]) -> ArrayRecord:
+        if vector.shape != (self.size,):
+            raise ValueError(f"vector has shape {vector.shape}, expected ({self.size},)")
+        arrays: dict[str, Array] = {}
+        offset = 0
+        for name, shape in zip(self.names, self.shapes, strict=True):
+            n = int(np.prod(shape))
+            arrays[name] = Array(np.ascontiguousarray(vector[offset : offset + n].reshape(shape)))
+            offset += n
+        return ArrayRecord(arrays)

@@ -1,0 +1,524 @@
+"""The messages of a round as typed dataclasses: ``to_content()`` builds the RecordDict that
+travels, ``parse()`` reads one back and raises ``ValueError`` (``PayloadError`` for arrays)
+naming what is wrong.
+
+A round's training instruction carries a ``RoundConfig`` (what every client is told) and either
+the dense model or a replica payload plus a ``CompressionConfig``. A training reply carries the
+client's metrics and one payload: the dense update (``arrays``) or a compressed one
+(``sparse``). The Allreduce leader phases add index and value requests and their replies.
+Arrays are checked by whoever knows what this phase expects (the collective), not here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from numpy.typing import NDArray
+
+from wire.codec import (
+    PayloadError,
+    Sparse,
+    decode_indices,
+    indices_record,
+    read_raw,
+    values_record,
+)
+from wire.keys import (
+    ADAPTIVE_RATIO,
+    ARRAYS_KEY,
+    BASE_VERSION,
+    BATCH_SIZE,
+    BUFFER_BYTES,
+    BUFFER_SAMPLES,
+    COLLECTIVE,
+    COMPRESS_S,
+    COMPRESSION_RATIO,
+    CONFIG_KEY,
+    DELTA,
+    DELTA_KEY,
+    FULL,
+    GAIN_GRID,
+    INDEX_SET_KEY,
+    INJECT_BETA,
+    INJECT_KEY,
+    INJECT_PARTITIONS,
+    LEARNING_RATE,
+    LOCAL_STEPS,
+    METRICS_KEY,
+    MODEL_KEY,
+    MODEL_VERSION,
+    NUM_EXAMPLES,
+    PARTITION_ID,
+    PAYLOAD,
+    PAYLOADS,
+    REPORT_GAIN,
+    RESIDUAL_SHARE,
+    ROUND_START_S,
+    SAMPLES_X,
+    SAMPLES_Y,
+    SEED,
+    SERVER_ROUND,
+    SPARSE_KEY,
+    STREAM_METRICS,
+    STREAM_RATE,
+    STREAM_SAMPLES,
+    TOPK_NORM2,
+    TRAIN_LOSS,
+    VALUES,
+    WAIT_S,
+)
+
+Vector = NDArray[np.float32]
+Indices = NDArray[np.int64]
+
+
+def _config(content: RecordDict) -> ConfigRecord:
+    if CONFIG_KEY not in content.config_records:
+        raise ValueError(f"missing ConfigRecord {CONFIG_KEY!r}")
+    return content.config_records[CONFIG_KEY]
+
+
+def _integer(record: Mapping[str, Any], key: str) -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} {value!r} is not an integer")
+    return value
+
+
+def _number(record: Mapping[str, Any], key: str) -> float:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key} {value!r} is not a finite number")
+    return float(value)
+
+
+# --- instructions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """What every training instruction of a round says, whatever the collective."""
+
+    server_round: int
+    learning_rate: float
+    local_steps: int
+    batch_size: int
+    seed: int
+    round_start_s: float  # virtual time at which the round starts (streams read up to it)
+    inject_partitions: tuple[int, ...] | None = None  # data injection: who shares this round
+    inject_beta: float | None = None  # data injection: the share of its batch a sharer sends
+
+    def to_config(self) -> ConfigRecord:
+        config = ConfigRecord(
+            {
+                LEARNING_RATE: self.learning_rate,
+                LOCAL_STEPS: self.local_steps,
+                BATCH_SIZE: self.batch_size,
+                SEED: self.seed,
+                ROUND_START_S: self.round_start_s,
+                SERVER_ROUND: self.server_round,
+            }
+        )
+        if self.inject_partitions is not None and self.inject_beta is not None:
+            config[INJECT_PARTITIONS] = list(self.inject_partitions)
+            config[INJECT_BETA] = self.inject_beta
+        return config
+
+    @classmethod
+    def parse(cls, config: ConfigRecord) -> RoundConfig:
+        sharers = config.get(INJECT_PARTITIONS)
+        if sharers is not None and (
+            not isinstance(sharers, list) or not all(isinstance(p, int) for p in sharers)
+        ):
+            raise ValueError(f"{INJECT_PARTITIONS} {sharers!r} is not a list of integers")
+        return cls(
+            server_round=_integer(config, SERVER_ROUND),
+            learning_rate=_number(config, LEARNING_RATE),
+            local_steps=_integer(config, LOCAL_STEPS),
+            batch_size=_integer(config, BATCH_SIZE),
+            seed=_integer(config, SEED),
+            round_start_s=_number(config, ROUND_START_S),
+            inject_partitions=None if sharers is None else tuple(sharers),  # type: ignore[arg-type]
+            inject_beta=_number(config, INJECT_BETA) if INJECT_BETA in config else None,
+        )
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """A compressed collective's instructions: its ratio and what clients must report."""
+
+    ratio: float
+    collective: str
+    report_gain: bool = False  # cr-schedule = nsga2: the gain at every grid ratio
+    adaptive_ratio: float | None = None  # adaptive-delta: the c whose residual share to report
+
+    def add_to(self, config: ConfigRecord) -> None:
+        config[COMPRESSION_RATIO] = self.ratio
+        config[COLLECTIVE] = self.collective
+        config[REPORT_GAIN] = self.report_gain
+        if self.adaptive_ratio is not None:
+            config[ADAPTIVE_RATIO] = self.adaptive_ratio
+
+    @classmethod
+    def parse(cls, config: ConfigRecord) -> CompressionConfig | None:
+        if COMPRESSION_RATIO not in config:
+            return None
+        ratio = _number(config, COMPRESSION_RATIO)
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"{COMPRESSION_RATIO} {ratio} is not in (0, 1]")
+        return cls(
+            ratio=ratio,
+            collective=str(config.get(COLLECTIVE, "")),
+            report_gain=bool(config.get(REPORT_GAIN, False)),
+            adaptive_ratio=_number(config, ADAPTIVE_RATIO) if ADAPTIVE_RATIO in config else None,
+        )
+
+
+@dataclass(frozen=True)
+class ReplicaPayload:
+    """How a client's replica of the global model gets to ``version``: the ``full`` model, the
+    last ``delta`` (from ``version - 1``), or nothing (``current``: it is there already)."""
+
+    kind: str
+    version: int
+    full: Vector | None = None
+    delta: Sparse | None = None
+
+    def add_to(self, config: ConfigRecord, content: RecordDict) -> None:
+        config[MODEL_VERSION] = self.version
+        config[PAYLOAD] = self.kind
+        if self.kind == FULL:
+            assert self.full is not None
+            content[MODEL_KEY] = values_record(self.full)
+        elif self.kind == DELTA:
+            assert self.delta is not None
+            config[BASE_VERSION] = self.version - 1
+            content[DELTA_KEY] = self.delta.to_record()
+
+    @classmethod
+    def parse(cls, config: ConfigRecord, content: RecordDict, size: int) -> ReplicaPayload:
+        """``size``: the model's length."""
+        kind = config.get(PAYLOAD)
+        if kind not in PAYLOADS:
+            raise ValueError(f"{PAYLOAD} {kind!r} is not one of {', '.join(PAYLOADS)}")
+        version = _integer(config, MODEL_VERSION)
+        if kind == FULL:
+            if MODEL_KEY not in content.array_records:
+                raise PayloadError(f"ArrayRecord {MODEL_KEY!r} is missing")
+            full = read_raw(content.array_records[MODEL_KEY], VALUES, "float32")
+            return cls(FULL, version, full=full.astype(np.float32))
+        if kind == DELTA:
+            if _integer(config, BASE_VERSION) != version - 1:
+                raise ValueError(f"{BASE_VERSION} must be {MODEL_VERSION} - 1")
+            if DELTA_KEY not in content.array_records:
+                raise PayloadError(f"ArrayRecord {DELTA_KEY!r} is missing")
+            return cls(
+                DELTA, version, delta=Sparse.from_record(content.array_records[DELTA_KEY], size)
+            )
+        return cls(str(kind), version)
+
+
+@dataclass(frozen=True)
+class TrainInstruction:
+    """One training instruction: the round's config and the model, dense or as a replica
+    payload with the compression config; an index set where the collective sends one."""
+
+    round: RoundConfig
+    dense_model: ArrayRecord | None = None  # the dense collective: the model in its layout
+    replica: ReplicaPayload | None = None  # compressed collectives
+    compression: CompressionConfig | None = None
+    index_set: Indices | None = None  # Allreduce with the global index policy
+    size: int = 0  # the model's length (for the index set's encoding)
+
+    @classmethod
+    def parse(cls, content: RecordDict, size: int) -> TrainInstruction:
+        """``size``: the model's length, as the client builds it."""
+        config = _config(content)
+        compression = CompressionConfig.parse(config)
+        if compression is None:
+            if ARRAYS_KEY not in content.array_records:
+                raise PayloadError(f"ArrayRecord {ARRAYS_KEY!r} is missing")
+            return cls(RoundConfig.parse(config), dense_model=content.array_records[ARRAYS_KEY])
+        return cls(
+            RoundConfig.parse(config),
+            replica=ReplicaPayload.parse(config, content, size),
+            compression=compression,
+            index_set=index_set_of(content, size),
+            size=size,
+        )
+
+    def to_content(self) -> RecordDict:
+        config = self.round.to_config()
+        content = RecordDict({CONFIG_KEY: config})
+        if self.dense_model is not None:
+            content[ARRAYS_KEY] = self.dense_model
+        if self.compression is not None:
+            self.compression.add_to(config)
+        if self.replica is not None:
+            self.replica.add_to(config, content)
+        if self.index_set is not None:
+            content[INDEX_SET_KEY] = indices_record(self.index_set, self.size)
+        return content
+
+
+def index_set_of(content: RecordDict, size: int) -> Indices | None:
+    """The shared index set an instruction or value request carries, if any."""
+    if INDEX_SET_KEY not in content.array_records:
+        return None
+    return decode_indices(content.array_records[INDEX_SET_KEY], size)
+
+
+@dataclass(frozen=True)
+class PhaseRequest:
+    """An Allreduce leader-phase request: the leader's indices, or everyone's values at I."""
+
+    server_round: int
+    ratio: float
+    index_set: Indices | None = None  # values phase only
+    size: int = 0
+
+    def to_content(self) -> RecordDict:
+        config = ConfigRecord({SERVER_ROUND: self.server_round, COMPRESSION_RATIO: self.ratio})
+        content = RecordDict({CONFIG_KEY: config})
+        if self.index_set is not None:
+            content[INDEX_SET_KEY] = indices_record(self.index_set, self.size)
+        return content
+
+    @classmethod
+    def parse(cls, content: RecordDict) -> PhaseRequest:
+        config = _config(content)
+        return cls(_integer(config, SERVER_ROUND), _number(config, COMPRESSION_RATIO))
+
+
+# --- replies ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    """A streaming client's round: its rate, its wait, its buffer and its own samples."""
+
+    rate: float  # samples/s
+    wait_s: float
+    buffer_samples: int
+    buffer_bytes: int
+    samples: int  # own stream samples trained on this round (all local steps)
+
+    def to_metrics(self) -> dict[str, int | float]:
+        return {
+            STREAM_RATE: self.rate,
+            WAIT_S: self.wait_s,
+            BUFFER_SAMPLES: self.buffer_samples,
+            BUFFER_BYTES: self.buffer_bytes,
+            STREAM_SAMPLES: self.samples,
+        }
+
+    @classmethod
+    def parse(cls, metrics: Mapping[str, Any]) -> StreamReport | None:
+        """None when the reply carries no stream metrics; ValueError names a bad one."""
+        present = [key for key in STREAM_METRICS if key in metrics]
+        if not present:
+            return None
+        if len(present) != len(STREAM_METRICS):
+            missing = sorted(set(STREAM_METRICS) - set(present))
+            raise ValueError(f"stream metrics incomplete: {', '.join(missing)} missing")
+        rate, wait = metrics[STREAM_RATE], metrics[WAIT_S]
+        if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+            raise ValueError(f"{STREAM_RATE} {rate!r} is not a finite number > 0")
+        if not isinstance(wait, int | float) or not math.isfinite(wait) or wait < 0:
+            raise ValueError(f"{WAIT_S} {wait!r} is not a finite number >= 0")
+        counts = {key: metrics[key] for key in (BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)}
+        for key, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} {value!r} is not an integer >= 0")
+        return cls(
+            float(rate),
+            float(wait),
+            counts[BUFFER_SAMPLES],
+            counts[BUFFER_BYTES],
+            counts[STREAM_SAMPLES],
+        )
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Raw samples (data injection): features and labels."""
+
+    x: NDArray[np.float32]
+    y: NDArray[np.int64]
+
+    def to_record(self) -> ArrayRecord:
+        return ArrayRecord(
+            {
+                SAMPLES_X: Array(np.ascontiguousarray(self.x)),
+                SAMPLES_Y: Array(np.ascontiguousarray(self.y)),
+            }
+        )
+
+    @classmethod
+    def parse(cls, record: ArrayRecord) -> Samples:
+        if set(record) != {SAMPLES_X, SAMPLES_Y}:
+            raise ValueError(f"{INJECT_KEY} must hold arrays 'x' and 'y', got {sorted(record)}")
+        if record[SAMPLES_X].dtype != "float32" or record[SAMPLES_Y].dtype != "int64":
+            raise ValueError(f"{INJECT_KEY}: x must be float32 and y int64")
+        return cls(record[SAMPLES_X].numpy(), record[SAMPLES_Y].numpy())
+
+
+def samples_of(content: RecordDict) -> Samples | None:
+    """The injected samples a message carries, if any."""
+    if INJECT_KEY not in content.array_records:
+        return None
+    return Samples.parse(content.array_records[INJECT_KEY])
+
+
+def with_samples(content: RecordDict, record: ArrayRecord) -> RecordDict:
+    """A copy of ``content`` (messages may share one) that also carries injected samples."""
+    out = RecordDict(dict(content))
+    out[INJECT_KEY] = record
+    return out
+
+
+@dataclass(frozen=True)
+class TrainReply:
+    """A training reply: the client's metrics and its payload (dense or compressed)."""
+
+    partition_id: int
+    num_examples: int
+    train_loss: float
+    stream: StreamReport | None = None
+    update: ArrayRecord | None = None  # dense: the update in the model's layout
+    sparse: ArrayRecord | None = None  # compressed: values and/or indices
+    shared: ArrayRecord | None = None  # data injection: the samples this client shares
+    compress_s: float | None = None
+    topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
+    gains: list[float] | None = None  # cr-schedule = nsga2
+    residual_share: float | None = None  # adaptive-delta
+
+    def to_content(self) -> RecordDict:
+        metrics = MetricRecord(
+            {
+                PARTITION_ID: self.partition_id,
+                NUM_EXAMPLES: self.num_examples,
+                TRAIN_LOSS: self.train_loss,
+            }
+        )
+        if self.stream is not None:
+            metrics.update(self.stream.to_metrics())
+        for key, value in (
+            (GAIN_GRID, self.gains),
+            (RESIDUAL_SHARE, self.residual_share),
+            (TOPK_NORM2, self.topk_norm2),
+            (COMPRESS_S, self.compress_s),
+        ):
+            if value is not None:
+                metrics[key] = value
+        content = RecordDict({METRICS_KEY: metrics})
+        for key, record in (
+            (ARRAYS_KEY, self.update),
+            (SPARSE_KEY, self.sparse),
+            (INJECT_KEY, self.shared),
+        ):
+            if record is not None:
+                content[key] = record
+        return content
+
+    @classmethod
+    def parse(cls, content: RecordDict, num_clients: int) -> TrainReply:
+        """Check the metrics every training reply carries; the arrays are kept as they came."""
+        if METRICS_KEY not in content.metric_records:
+            raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
+        metrics = content.metric_records[METRICS_KEY]
+        for key in (NUM_EXAMPLES, PARTITION_ID, TRAIN_LOSS):
+            if key not in metrics:
+                raise ValueError(f"metric {key!r} missing")
+        partition_id, num_examples = metrics[PARTITION_ID], metrics[NUM_EXAMPLES]
+        if not isinstance(partition_id, int) or not 0 <= partition_id < num_clients:
+            raise ValueError(
+                f"partition-id {partition_id!r} is not an integer in 0..{num_clients - 1}"
+            )
+        if not isinstance(num_examples, int) or num_examples <= 0:
+            raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
+        loss = metrics[TRAIN_LOSS]
+        if not isinstance(loss, int | float) or not math.isfinite(loss):
+            raise ValueError(f"train-loss {loss!r} is not a finite number")
+        arrays = content.array_records
+        return cls(
+            partition_id=partition_id,
+            num_examples=num_examples,
+            train_loss=float(loss),
+            stream=StreamReport.parse(metrics),
+            update=arrays.get(ARRAYS_KEY),
+            sparse=arrays.get(SPARSE_KEY),
+            shared=arrays.get(INJECT_KEY),
+            compress_s=compress_s_of(content),
+            topk_norm2=_optional_number(metrics, TOPK_NORM2, low=0.0),
+            gains=_gains(metrics),
+            residual_share=_optional_number(metrics, RESIDUAL_SHARE, low=0.0, high=1.0),
+        )
+
+
+def _optional_number(
+    metrics: Mapping[str, Any], key: str, low: float, high: float = math.inf
+) -> float | None:
+    if key not in metrics:
+        return None
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        bounds = f"[{low}, {high}]" if math.isfinite(high) else f">= {low}"
+        raise ValueError(f"{key} {value!r} is not a number {bounds}")
+    if not math.isfinite(value):
+        raise ValueError(f"{key} {value!r} is not finite")
+    return float(value)
+
+
+def _gains(metrics: Mapping[str, Any]) -> list[float] | None:
+    if GAIN_GRID not in metrics:
+        return None
+    gains = metrics[GAIN_GRID]
+    if not isinstance(gains, list) or not all(
+        isinstance(g, float) and 0.0 < g <= 1.0 for g in gains
+    ):
+        raise ValueError(f"{GAIN_GRID} must be numbers in (0, 1], got {gains!r}")
+    return [float(g) for g in gains]
+
+
+def compress_s_of(content: RecordDict) -> float | None:
+    """A reply's compress-s (None when it has none); ValueError when it is not a time."""
+    if METRICS_KEY not in content.metric_records:
+        return None
+    value = content.metric_records[METRICS_KEY].get(COMPRESS_S)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"compress-s {value!r} is not a non-negative number")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"compress-s {value!r} is not a non-negative number")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PhaseReply:
+    """A reply to a leader-phase request: indices (leader) or values at I, and compress-s."""
+
+    sparse: ArrayRecord
+    compress_s: float
+
+    def to_content(self) -> RecordDict:
+        return RecordDict(
+            {SPARSE_KEY: self.sparse, METRICS_KEY: MetricRecord({COMPRESS_S: self.compress_s})}
+        )
+
+    @staticmethod
+    def sparse_of(content: RecordDict) -> ArrayRecord:
+        return required_sparse(content.array_records.get(SPARSE_KEY))
+
+
+def required_sparse(record: ArrayRecord | None) -> ArrayRecord:
+    """A reply's compressed payload; PayloadError when it has none."""
+    if record is None:
+        raise PayloadError(f"ArrayRecord {SPARSE_KEY!r} is missing")
+    return record
