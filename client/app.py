@@ -41,7 +41,7 @@ def _compressor_rng(settings: Settings, partition_id: int, server_round: int, ph
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    settings = Settings.from_run_config(context.run_config)
+    settings = Settings.from_run_config(context.run_config, tables=False)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
     instruction = TrainInstruction.parse(msg.content, Layout.of_model(model).size)
     if instruction.replica is not None:
@@ -94,7 +94,7 @@ def _action(handler: ActionHandler, phase: int):
 
     def handle(msg: Message, context: Context) -> Message:
         began = time.perf_counter()
-        settings = Settings.from_run_config(context.run_config)
+        settings = Settings.from_run_config(context.run_config, tables=False)
         request = PhaseRequest.parse(msg.content)
         partition_id = node_identity(context, settings)
         sparse = handler(

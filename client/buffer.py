@@ -8,6 +8,7 @@ samples first. Kept in ``context.state`` between ClientApp calls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,9 +16,22 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
 from client.streams import StreamSource
-from common.settings import BATCH_POLICIES, BUFFER_POLICIES
 
 BUFFER_STATE_KEY = "stream-buffer"
+# buffer-policy -> whether a step drops what it leaves (persistence keeps every sample)
+BUFFER_POLICIES: dict[str, bool] = {"persistence": False, "truncation": True}
+
+
+def _fixed(arrived: int, batch_size: int, batch_min: int, batch_max: int) -> int:
+    return batch_size
+
+
+def _rate(arrived: int, batch_size: int, batch_min: int, batch_max: int) -> int:
+    return min(max(arrived, batch_min), batch_max)
+
+
+# batch-policy -> the step's batch from (arrived, batch-size, batch-min, batch-max)
+BATCH_POLICIES: dict[str, Callable[[int, int, int, int], int]] = {"fixed": _fixed, "rate": _rate}
 
 
 class StreamBuffer:
@@ -50,7 +64,7 @@ class StreamBuffer:
 
     def end_step(self) -> None:
         """After a training step: truncation drops the leftovers."""
-        if self.policy == "truncation":
+        if BUFFER_POLICIES[self.policy]:
             self.dropped += len(self)
             self.ids = self.ids[:0]
 
@@ -98,7 +112,7 @@ def next_step(
     arrived = source.read_until(start_s)
     buffer.add(arrived)
     count = arrived.size
-    need = batch_size if policy == "fixed" else min(max(count, batch_min), batch_max)
+    need = BATCH_POLICIES[policy](count, batch_size, batch_min, batch_max)
     wait_s = 0.0
     if len(buffer) < need:
         wait_s = source.time_until(need - len(buffer))

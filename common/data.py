@@ -11,13 +11,14 @@ the three imports cost seconds (flwr-datasets pulls in plotting libraries).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from common.settings import ConfigError, Settings
+from common.settings import Settings
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -90,35 +91,48 @@ def server_test_split(settings: Settings) -> ArrayData:
     return _hub_split(settings.dataset, "test")
 
 
-def make_partitioner(settings: Settings) -> Partitioner:
-    """The flwr-datasets partitioner that ``partitioner`` names."""
-    from flwr_datasets.partitioner import (
-        DirichletPartitioner,
-        IidPartitioner,
-        PathologicalPartitioner,
+def _iid(settings: Settings) -> Partitioner:
+    from flwr_datasets.partitioner import IidPartitioner
+
+    return IidPartitioner(num_partitions=settings.num_clients)
+
+
+def _dirichlet(settings: Settings) -> Partitioner:
+    from flwr_datasets.partitioner import DirichletPartitioner
+
+    return DirichletPartitioner(
+        num_partitions=settings.num_clients,
+        partition_by="label",
+        alpha=settings.dirichlet_alpha,
+        min_partition_size=1,
+        self_balancing=True,
+        seed=settings.seed,
     )
 
-    n = settings.num_clients
-    if settings.partitioner == "iid":
-        return IidPartitioner(num_partitions=n)
-    if settings.partitioner == "dirichlet":
-        return DirichletPartitioner(
-            num_partitions=n,
-            partition_by="label",
-            alpha=settings.dirichlet_alpha,
-            min_partition_size=1,
-            self_balancing=True,
-            seed=settings.seed,
-        )
-    if settings.partitioner == "labels":
-        return PathologicalPartitioner(
-            num_partitions=n,
-            partition_by="label",
-            num_classes_per_partition=settings.labels_per_client,
-            class_assignment_mode="first-deterministic",
-            seed=settings.seed,
-        )
-    raise ConfigError(f"unknown partitioner {settings.partitioner!r}")
+
+def _labels(settings: Settings) -> Partitioner:
+    from flwr_datasets.partitioner import PathologicalPartitioner
+
+    return PathologicalPartitioner(
+        num_partitions=settings.num_clients,
+        partition_by="label",
+        num_classes_per_partition=settings.labels_per_client,
+        class_assignment_mode="first-deterministic",
+        seed=settings.seed,
+    )
+
+
+# partitioner -> the flwr-datasets partitioner (imported when a split is made)
+PARTITIONERS: dict[str, Callable[[Settings], Partitioner]] = {
+    "iid": _iid,
+    "dirichlet": _dirichlet,
+    "labels": _labels,
+}
+
+
+def make_partitioner(settings: Settings) -> Partitioner:
+    """The flwr-datasets partitioner that ``partitioner`` names."""
+    return PARTITIONERS[settings.partitioner](settings)
 
 
 def client_partition(settings: Settings, partition_id: int) -> ArrayData:

@@ -9,6 +9,7 @@ training, with a message that names the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -20,20 +21,31 @@ from common.rates import check_stream_rates
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-STRATEGIES = ("dense", "topk")
-COLLECTIVES = ("allgather", "allreduce", "auto")
-LEADERS = ("star", "var")
-INDEX_POLICIES = ("leader", "global")
-TOPOLOGIES = ("star", "ring", "tree")
-CR_SCHEDULES = ("fixed", "nsga2")
-CR_SELECTIONS = ("asf", "asf-front", "knee")
-BUFFER_POLICIES = ("persistence", "truncation")
-BATCH_POLICIES = ("fixed", "rate")
-AGGREGATION_WEIGHTS = ("examples", "rate", "uniform")
-LR_SCALINGS = ("none", "linear")
-PARTITIONERS = ("iid", "dirichlet", "labels")
+# Allowed values of a key whose implementations sit in a table come from that table,
+# named "module:NAME" and read when settings are checked (the tables' modules import this one).
+TABLES = {
+    "strategy": "server.build:COLLECTIVE_OF_STRATEGY",
+    "collective": "server.build:COLLECTIVE_CHOICES",
+    "leader": "strategies.collectives.allreduce:LEADERS",
+    "index_policy": "strategies.collectives.allreduce:INDEX_POLICIES",
+    "compressor": "compress:COMPRESSORS",
+    "topology": "strategies.collectives.cost:TOPOLOGIES",
+    "cr_schedule": "server.build:CR_SCHEDULES",
+    "cr_selection": "strategies.policies.nsga2:SELECTIONS",
+    "buffer_policy": "client.buffer:BUFFER_POLICIES",
+    "batch_policy": "client.buffer:BATCH_POLICIES",
+    "aggregation_weights": "strategies.policies.weights:WEIGHTS",
+    "lr_scaling": "strategies.policies.lr:LR_SCALINGS",
+    "partitioner": "common.data:PARTITIONERS",
+    "model": "common.models:MODELS",
+}
 TIMINGS = ("modelled", "measured")
-MODELS = ("mlp", "mlp-bn", "cnn")  # the names of common.models.MODELS (kept torch-free here)
+
+
+def table_names(field_name: str) -> tuple[str, ...]:
+    """The names a table-backed key allows: the keys of its table."""
+    module, attribute = TABLES[field_name].split(":")
+    return tuple(getattr(importlib.import_module(module), attribute))
 
 
 class ConfigError(ValueError):
@@ -43,6 +55,7 @@ class ConfigError(ValueError):
 def _spec(
     *,
     choices: tuple[str, ...] | None = None,
+    table: bool = False,
     minimum: float | None = None,
     maximum: float | None = None,
     exclusive_minimum: bool = False,
@@ -52,6 +65,7 @@ def _spec(
     return field(
         metadata={
             "choices": choices,
+            "table": table,
             "minimum": minimum,
             "maximum": maximum,
             "exclusive_minimum": exclusive_minimum,
@@ -76,21 +90,21 @@ class Settings:
         exclusive_maximum=True,
         doc="share of the data held out at the server for centralized evaluation",
     )
-    partitioner: str = _spec(choices=PARTITIONERS, doc="how training data is split over clients")
+    partitioner: str = _spec(table=True, doc="how training data is split over clients")
     dirichlet_alpha: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="concentration of the dirichlet partitioner"
     )
     labels_per_client: int = _spec(minimum=1, doc="labels per client for the labels partitioner")
-    model: str = _spec(choices=MODELS, doc="model from the registry")
-    strategy: str = _spec(choices=STRATEGIES, doc="aggregation strategy")
+    model: str = _spec(table=True, doc="model from the registry")
+    strategy: str = _spec(table=True, doc="aggregation strategy")
     collective: str = _spec(
-        choices=COLLECTIVES,
+        table=True,
         doc="topk: allgather, allreduce, or auto (cheaper by prediction, per round)",
     )
-    leader: str = _spec(choices=LEADERS, doc="topk allreduce: who picks the shared indices")
-    index_policy: str = _spec(choices=INDEX_POLICIES, doc="topk allreduce: leader or global")
+    leader: str = _spec(table=True, doc="topk allreduce: who picks the shared indices")
+    index_policy: str = _spec(table=True, doc="topk allreduce: leader or global")
     compressor: str = _spec(
-        choices=("topk",), doc="compressed collectives: how the selected values travel"
+        table=True, doc="compressed collectives: how the selected values travel"
     )
     compression_ratio: float = _spec(
         minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="topk: fraction of entries sent"
@@ -100,14 +114,14 @@ class Settings:
     learning_rate: float = _spec(minimum=0.0, exclusive_minimum=True, doc="client SGD step size")
     devices_file: str = _spec(doc="TOML file of device presets and mixes (relative to the app)")
     device_mix: str = _spec(doc="name of the device mix assigned across clients")
-    cr_schedule: str = _spec(choices=CR_SCHEDULES, doc="topk: fixed ratio or NSGA-II schedule")
+    cr_schedule: str = _spec(table=True, doc="topk: fixed ratio or NSGA-II schedule")
     cr_min: float = _spec(minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="nsga2: lowest c")
     cr_max: float = _spec(minimum=0.0, maximum=1.0, exclusive_minimum=True, doc="nsga2: highest c")
     cr_warmup_rounds: int = _spec(minimum=0, doc="nsga2: rounds at compression-ratio first")
     cr_population: int = _spec(minimum=4, doc="nsga2: population size")
     cr_generations: int = _spec(minimum=1, doc="nsga2: generations")
     cr_selection: str = _spec(
-        choices=CR_SELECTIONS,
+        table=True,
         doc="nsga2: ASF on the efficiencies, on the normalised front, or the knee",
     )
     cr_weight_time: float = _spec(
@@ -118,7 +132,7 @@ class Settings:
         doc="nsga2 asf: weight on time (the rest on gain)",
     )
     topology: str = _spec(
-        choices=TOPOLOGIES, doc="what the virtual clock charges: star (Flower), ring or tree"
+        table=True, doc="what the virtual clock charges: star (Flower), ring or tree"
     )
     networks_file: str = _spec(doc="TOML file of network presets (relative to the app)")
     network: str = _spec(doc="network preset: how links change over rounds")
@@ -140,18 +154,18 @@ class Settings:
         doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'
     )
     stream_rates_vary: bool = _spec(doc="streams: draw every client's rate anew each round")
-    buffer_policy: str = _spec(choices=BUFFER_POLICIES, doc="streams: keep or drop leftovers")
+    buffer_policy: str = _spec(table=True, doc="streams: keep or drop leftovers")
     buffer_capacity: int = _spec(minimum=0, doc="streams: most samples buffered (0: no limit)")
     batch_policy: str = _spec(
-        choices=BATCH_POLICIES, doc="streams: fixed batch-size (waits) or rate-sized batches"
+        table=True, doc="streams: fixed batch-size (waits) or rate-sized batches"
     )
     batch_min: int = _spec(minimum=1, doc="streams, rate batches: smallest batch")
     batch_max: int = _spec(minimum=1, doc="streams, rate batches: largest batch")
     aggregation_weights: str = _spec(
-        choices=AGGREGATION_WEIGHTS, doc="weights of client updates: examples, rate or uniform"
+        table=True, doc="weights of client updates: examples, rate or uniform"
     )
     lr_scaling: str = _spec(
-        choices=LR_SCALINGS, doc="linear: learning rate x (global batch / batch-size x clients)"
+        table=True, doc="linear: learning rate x (global batch / batch-size x clients)"
     )
     lr_scale_max: float = _spec(minimum=0.0, doc="linear lr scaling: largest factor (0: no cap)")
     injection_alpha: float = _spec(
@@ -171,8 +185,11 @@ class Settings:
         return [_key(f.name) for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> Settings:
+    def from_run_config(cls, run_config: Mapping[str, Any], *, tables: bool = True) -> Settings:
         """Validate ``run_config`` and return typed settings.
+
+        ``tables = False`` skips the table-backed names (a ClientApp: the ServerApp checked
+        the same run config before it sent anything, and the tables' modules are server code).
 
         Raises
         ------
@@ -189,7 +206,9 @@ class Settings:
         missing = [k for k in allowed if k not in run_config]
         if missing:
             raise ConfigError(f"missing run-config key(s): {', '.join(missing)}")
-        values = {f.name: _check(f, run_config[_key(f.name)]) for f in dataclasses.fields(cls)}
+        values = {
+            f.name: _check(f, run_config[_key(f.name)], tables) for f in dataclasses.fields(cls)
+        }
         settings = cls(**values)
         settings._check_together()
         return settings
@@ -238,7 +257,7 @@ def _key(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
-def _check(f: dataclasses.Field[Any], value: Any) -> Any:
+def _check(f: dataclasses.Field[Any], value: Any, tables: bool) -> Any:
     key = _key(f.name)
     meta = f.metadata
     if f.type in ("int", int):
@@ -256,6 +275,8 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
     elif f.type in ("str", str) and not isinstance(value, str):
         raise ConfigError(f"{key} must be a string, got {value!r}")
     choices = meta["choices"]
+    if meta["table"] and tables:
+        choices = table_names(f.name)
     if choices is not None and value not in choices:
         raise ConfigError(f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}")
     low, high = meta["minimum"], meta["maximum"]

@@ -18,8 +18,7 @@ from compress import COMPRESSORS
 from server.build import (
     AUTO,
     COLLECTIVE_OF_STRATEGY,
-    RATIO_POLICY,
-    ratio_policy_name,
+    ratio_policy,
     relay,
     train_config_record,
 )
@@ -78,7 +77,6 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
         settings.num_clients, layout.size, settings.topology, compressor.values_nbytes
     )
     collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
-    ratio = RATIO_POLICY[ratio_policy_name(settings)](settings)
     return EdgeStrategy(
         num_clients=settings.num_clients,
         layout=layout,
@@ -89,7 +87,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
         },
         compressor=compressor,
         policies=Policies(
-            ratio=ratio,
+            ratio=ratio_policy(settings),
             collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
             weights=WEIGHTS[settings.aggregation_weights],
             lr_scaling=settings.lr_scaling,

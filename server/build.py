@@ -12,11 +12,14 @@ from flwr.app import ConfigRecord
 
 from common.data import data_spec
 from common.settings import Settings
+from strategies.collectives import COLLECTIVES
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
 from strategies.relay import InjectionPlan, Relay
 from wire.keys import BATCH_SIZE, LEARNING_RATE, LOCAL_STEPS, SEED
 
 AUTO = "auto"  # collective = auto: chosen per round
+# collective: a compressed collective, or auto
+COLLECTIVE_CHOICES = (*(n for n, c in COLLECTIVES.items() if c.compressed), AUTO)
 
 # strategy -> the collective it runs (topk: the compressed one the settings name, or auto)
 COLLECTIVE_OF_STRATEGY: dict[str, Callable[[Settings], str]] = {
@@ -42,19 +45,20 @@ def _nsga2(settings: Settings) -> RatioPolicy:
     )
 
 
-# cr-schedule (and the two cases that are no schedule) -> the ratio policy
-RATIO_POLICY: dict[str, Callable[[Settings], RatioPolicy]] = {
+# cr-schedule -> the ratio policy of a compressed collective
+CR_SCHEDULES: dict[str, Callable[[Settings], RatioPolicy]] = {
     "fixed": lambda s: FixedRatio(s.compression_ratio),
     "nsga2": _nsga2,
-    "adaptive": lambda s: AdaptiveRatio(s.compression_ratio, s.adaptive_delta),
-    "dense": lambda s: FixedRatio(1.0),
 }
 
 
-def ratio_policy_name(settings: Settings) -> str:
+def ratio_policy(settings: Settings) -> RatioPolicy:
+    """Dense rounds send everything; adaptive-delta > 0 replaces the fixed schedule."""
     if settings.strategy == "dense":
-        return "dense"
-    return "adaptive" if settings.adaptive_delta > 0 else settings.cr_schedule
+        return FixedRatio(1.0)
+    if settings.adaptive_delta > 0:
+        return AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
+    return CR_SCHEDULES[settings.cr_schedule](settings)
 
 
 def relay(settings: Settings) -> Relay | None:

@@ -154,7 +154,7 @@ class Ledger:
         **fields: Any,
     ) -> RoundStats:
         """The round's record: its phases with their bytes and seconds, and ``fields``."""
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "name": phase.name,
                 "duration_s": timing.duration_s,

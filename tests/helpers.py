@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from flwr.app import Error, Message, Metadata, RecordDict
 
@@ -69,3 +70,28 @@ def processes_with_env(name: str, value_prefix: str) -> list[int]:
         if any(item.startswith(needle) for item in environ.split(b"\0")):
             found.append(int(entry.name))
     return found
+
+
+def make_strategy(clock: Any, layout: Any, **overrides: Any) -> Any:
+    """The ServerApp's strategy for ``settings_with(**overrides)`` on a given clock and layout."""
+    from common.settings import settings_with
+    from server.app import build_strategy
+
+    return build_strategy(settings_with(**overrides), clock, layout)
+
+
+def train_config(**overrides: Any) -> Any:
+    """``Strategy.start``'s per-round config as the ServerApp makes it."""
+    from server.build import train_config_record
+
+    values = {"learning_rate": 0.5, "local_steps": 1, "batch_size": 32, "seed": 0} | overrides
+    return train_config_record(**values)
+
+
+def train_reply(
+    partition_id: int, num_examples: int, train_loss: float = 1.0, **payload: Any
+) -> RecordDict:
+    """A training reply's content as a client makes it."""
+    from wire.messages import TrainReply
+
+    return TrainReply(partition_id, num_examples, train_loss, **payload).to_content()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Collective
+from strategies.collectives.base import ClientHalf
 from strategies.collectives.dense import Dense
 
-COLLECTIVES: dict[str, type[Collective]] = {c.name: c for c in (Dense, Allgather, Allreduce)}
+# name -> the collective's class: its client half is class-level, the server half an instance
+COLLECTIVES: dict[str, ClientHalf] = {c.name: c for c in (Dense, Allgather, Allreduce)}

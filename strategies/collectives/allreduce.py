@@ -151,7 +151,10 @@ class Allreduce:
         INDICES_ACTION: _indices,
         VALUES_ACTION: _values,
     }
-    client_train = staticmethod(_train)
+
+    @staticmethod
+    def client_train(job: ClientRound) -> ClientPayload:
+        return _train(job)
 
     def __init__(self, leader: str = "star", index_policy: str = "leader") -> None:
         self.choose_leader = LEADERS[leader]

@@ -175,6 +175,25 @@ class Aggregate:
 Program = Generator[Exchange, Replies, Aggregate]
 
 
+class ClientHalf(Protocol):
+    """A collective's client half, read from its class (a ClientApp builds no server half)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def compressed(self) -> bool: ...
+
+    @property
+    def client_actions(self) -> Mapping[str, ActionHandler]:
+        """Handlers of further message types ("train.<action>")."""
+        ...
+
+    def client_train(self, job: ClientRound) -> ClientPayload:
+        """The collective's part of a training reply."""
+        ...
+
+
 class Collective(Protocol):
     """Both halves of one way to exchange updates (see the module docstring)."""
 

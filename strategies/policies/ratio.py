@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
@@ -21,7 +20,10 @@ from wire.messages import CompressionConfig, TrainReply
 
 
 class RatioPolicy(Protocol):
-    preferred_collective: str | None  # a collective the policy's choice assumed, if any
+    @property
+    def preferred_collective(self) -> str | None:
+        """A collective the policy's choice assumed, if any (``collective = auto`` follows)."""
+        ...
 
     def choose(self, server_round: int, times: RoundTimes) -> float: ...
 
@@ -135,9 +137,3 @@ class AdaptiveRatio:
 
     def record(self) -> dict[str, Any]:
         return {"adaptive": self.vote}
-
-
-RATIO_POLICIES: dict[str, Callable[..., RatioPolicy]] = {
-    "fixed": FixedRatio,
-    "nsga2": Nsga2Ratio,
-}

@@ -1,15 +1,18 @@
 """On a device: the stream runs in wall-clock time across ClientApp calls, the node config
 names the device's rate, and replies carry wall-clock stamps when timing is measured."""
 
+import time
+
 import pytest
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
-from client.app import node_stream_rate, stamped
+from client.mods import timing_stamps
+from client.node import node_stream_rate
 from client.stream_round import draw_stream_round
 from client.streams import WallClock
 from common.settings import Settings, default_run_config
 from tests.helpers import reply_message
-from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
+from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT
 
 
 class FakeTime:
@@ -106,24 +109,21 @@ def test_replies_are_stamped_only_when_timing_is_measured() -> None:
     def reply() -> Message:
         return reply_message(RecordDict({METRICS_KEY: MetricRecord({"x": 1})}), src_node_id=1)
 
-    modelled = stamped(reply(), _settings(), received_at=10.0)
+    def handler(msg: Message, context: Context) -> Message:
+        return reply()
+
+    def through_mod(settings: Settings) -> Message:
+        context = Context(
+            run_id=1,
+            node_id=1,
+            node_config={},
+            state=RecordDict(),
+            run_config=settings.to_run_config(),
+        )
+        return timing_stamps(reply(), context, handler)
+
+    modelled = through_mod(_settings())
     assert set(modelled.content.metric_records[METRICS_KEY]) == {"x"}
-    measured = stamped(reply(), _settings(timing="measured"), received_at=10.0, train_s=0.25)
-    metrics = measured.content.metric_records[METRICS_KEY]
-    assert metrics[RECEIVED_AT] == 10.0 and metrics[SENT_AT] >= 10.0 and metrics[TRAIN_S] == 0.25
-
-
-def test_the_client_app_imports_no_heavy_library_it_needs_only_once() -> None:
-    """Flower starts a ClientApp process per message: pymoo, scikit-learn, datasets and
-    flwr-datasets (with its plotting stack) would cost seconds every round on a Pi."""
-    import subprocess
-    import sys
-
-    heavy = ("pymoo", "sklearn", "datasets", "flwr_datasets", "matplotlib")
-    code = f"import sys, client.app; print([m for m in {heavy!r} if m in sys.modules])"
-    from common.settings import PROJECT_ROOT
-
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT_ROOT
-    )
-    assert out.stdout.strip() == "[]"
+    before = time.time()
+    metrics = through_mod(_settings(timing="measured")).content.metric_records[METRICS_KEY]
+    assert before <= metrics[RECEIVED_AT] <= metrics[SENT_AT] <= time.time()

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 import torch
 
-from common import settings
 from common.data import DIGITS_SPEC
 from common.models import MODELS, build_model, num_parameters
 from common.params import model_to_vector, vector_to_model
@@ -58,7 +57,3 @@ def test_batch_norm_statistics_travel_with_the_weights() -> None:
     assert int(other.state_dict()["2.num_batches_tracked"]) == 1
     layout = Layout.of_model(model)
     np.testing.assert_array_equal(layout.flatten(layout.unflatten(vector)), vector)
-
-
-def test_settings_allow_exactly_the_registered_models() -> None:
-    assert tuple(MODELS) == settings.MODELS

@@ -1,6 +1,15 @@
+import importlib
+
 import pytest
 
-from common.settings import ConfigError, Settings, default_run_config, settings_with
+from common.settings import (
+    TABLES,
+    ConfigError,
+    Settings,
+    default_run_config,
+    settings_with,
+    table_names,
+)
 
 
 def test_defaults_parse_and_round_trip() -> None:
@@ -54,3 +63,26 @@ def test_missing_key_is_named() -> None:
 
 def test_integer_accepted_for_float_setting() -> None:
     assert settings_with(learning_rate=1).learning_rate == 1.0
+
+
+@pytest.mark.parametrize("field_name", sorted(TABLES))
+def test_allowed_names_come_from_the_implementing_table(
+    field_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, attribute = TABLES[field_name].split(":")
+    table = getattr(importlib.import_module(module), attribute)
+    defaults = default_run_config()
+    key = field_name.replace("_", "-")
+    assert defaults[key] in table_names(field_name)  # the pyproject default is registered
+    with pytest.raises(ConfigError, match=f"{key} = 'no-such-name' is not allowed"):
+        Settings.from_run_config(defaults | {key: "no-such-name"})
+    # A client does not check table names (it does not load the server's tables).
+    assert (
+        getattr(
+            Settings.from_run_config(defaults | {key: "no-such-name"}, tables=False), field_name
+        )
+        == "no-such-name"
+    )
+    if isinstance(table, dict):  # registering an entry is all it takes to allow its name
+        monkeypatch.setitem(table, "no-such-name", next(iter(table.values())))
+        assert "no-such-name" in table_names(field_name)

@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 from server.records import RunRecorder, progress_line, read_rounds
-from strategies.dense import RoundStats
+from strategies.ledger import RoundStats
 from tests.helpers import REQUIRED_ROUND_FIELDS
 
 

@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 from flwr.app import RecordDict
 
-from client.app import smoothed_residual_share
+from client.reports import smoothed_residual_share
 from common.settings import ConfigError
 from compress.gain import gain_curve
-from strategies.topk_strategy import Participant
+from strategies.collectives.base import Aggregate, Participant
+from strategies.policies.ratio import AdaptiveRatio
 from tests.strategies.test_topk_federation import _run, _settings
+from wire.messages import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -23,7 +25,8 @@ def test_residual_share_of_a_constructed_update() -> None:
 
 
 def _voter(pid: int, share: float) -> Participant:
-    return Participant(pid, pid, 10, 0.0, 0.0, 0, residual_share=share)
+    reply = TrainReply(partition_id=pid, num_examples=10, train_loss=0.0, residual_share=share)
+    return Participant(node_id=pid, reply=reply, bytes_up=0, measured=None)
 
 
 @pytest.mark.parametrize(
@@ -31,10 +34,10 @@ def _voter(pid: int, share: float) -> Participant:
     [([0.1, 0.2, 0.9], True), ([0.1, 0.5, 0.9], False), ([0.3, 0.31], False), ([0.3], True)],
 )
 def test_majority_at_or_below_delta_compresses(shares: list[float], compress: bool) -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.1, adaptive_delta=0.3)
-    _, strategy, _ = _run(settings, rounds=1)
-    strategy._vote_on_compression([_voter(i, s) for i, s in enumerate(shares)])
-    assert strategy._compress_next is compress
+    policy = AdaptiveRatio(ratio=0.1, delta=0.3)
+    policy.observe([_voter(i, s) for i, s in enumerate(shares)], Aggregate([], None))
+    assert policy.compress_next is compress
+    assert policy.choose(2, times=None) == (0.1 if compress else 1.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("delta", "compressed_rounds"), [(1.0, {2, 3, 4}), (1e-6, set())])

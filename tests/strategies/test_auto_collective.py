@@ -2,15 +2,16 @@
 
 import numpy as np
 import pytest
-from strategies.dense import train_config_record
-from strategies.topk_strategy import Participant, _shared_index_factor
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT
 from server.app import build_strategy
-from strategies.collectives.cost import star_allgather_topk_s, star_allreduce_topk_s
+from server.build import train_config_record
+from strategies.collectives.allgather import Allgather
+from strategies.collectives.allreduce import Allreduce, shared_index_factor
+from strategies.collectives.base import Participant
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
@@ -18,6 +19,7 @@ from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
 from wire.layout import Layout
+from wire.messages import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 DEVICE = DeviceProfile("pi", 2000.0, 5 * MBPS, 5 * MBPS, 0.01)
@@ -47,8 +49,8 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
         union = min(d, 3 * k)
         best = (
             "allgather"
-            if star_allgather_topk_s(true_links, compute, k, union, d)
-            <= star_allreduce_topk_s(true_links, compute, k, d)
+            if Allgather.predict_star_s(true_links, compute, k, union, d, 4 * k)
+            <= Allreduce.predict_star_s(true_links, compute, k, d, 4 * k)
             else "allreduce"
         )
         agree += stats.collective == best
@@ -107,15 +109,12 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
     def participant(pid: int, examples: int, values: list[float], norm2: float) -> Participant:
         return Participant(
             node_id=pid,
-            partition_id=pid,
-            num_examples=examples,
-            train_loss=0.0,
-            compress_s=0.0,
+            reply=TrainReply(pid, examples, 0.0, topk_norm2=norm2),
             bytes_up=0,
-            norm2=norm2,
-            values=np.asarray(values, dtype=np.float32),
+            measured=None,
+            contribution=np.asarray(values, dtype=np.float32),
         )
 
     leader = participant(0, 10, [3.0, 4.0], 25.0)  # its own Top-k: share 1
     other = participant(1, 30, [1.0, 0.0], 4.0)  # 1 of its Top-k energy 4: share 0.25
-    assert _shared_index_factor([leader, other]) == pytest.approx((10 * 1 + 30 * 0.25) / 40)
+    assert shared_index_factor([leader, other]) == pytest.approx((10 * 1 + 30 * 0.25) / 40)

@@ -1,6 +1,6 @@
 import pytest
 
-from strategies import cost_models as cm
+from strategies.collectives import cost as cm
 from strategies.collectives.cost import Collective, Link
 
 # N = 4, M = 1000 bytes, α = 10 ms, β = 1 ms per byte (1 kB/s): log2 N = 2.
@@ -69,13 +69,9 @@ def test_bad_inputs_are_refused() -> None:
 
 
 def test_star_topk_modes_by_hand() -> None:
-    from strategies.collectives.cost import (
-        MESSAGE_OVERHEAD_BYTES as OV,
-    )
-    from strategies.collectives.cost import (
-        star_allgather_topk_s,
-        star_allreduce_topk_s,
-    )
+    from strategies.collectives.allgather import Allgather
+    from strategies.collectives.allreduce import Allreduce
+    from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES as OV
     from timing.link_estimator import LinkEstimate
     from wire.codec import index_nbytes
 
@@ -86,10 +82,11 @@ def test_star_topk_modes_by_hand() -> None:
     assert idx_k == 2000 and idx_u == 4800
     # Allgather: slowest of (down union update + compute + up TopK).
     expected = 0.05 + (4 * union + idx_u + OV) / 2e5 + 0.2 + 0.05 + (4 * k + idx_k + OV) / 1e5
-    assert star_allgather_topk_s([fast, slow], [0.1, 0.2], k, union, d) == pytest.approx(expected)
+    got = Allgather.predict_star_s([fast, slow], [0.1, 0.2], k, union, d, 4 * k)
+    assert got == pytest.approx(expected)
     # Allreduce: train + indices + values phases, each at its slowest client.
     train = 0.05 + (4 * k + idx_k + OV) / 2e5 + 0.2 + 0.05 + OV / 1e5
     indices = 0.05 + OV / 2e5 + 0.05 + (idx_k + OV) / 1e5
     values = 0.05 + (idx_k + OV) / 2e5 + 0.05 + (4 * k + OV) / 1e5
-    got = star_allreduce_topk_s([fast, slow], [0.1, 0.2], k, d)
+    got = Allreduce.predict_star_s([fast, slow], [0.1, 0.2], k, d, 4 * k)
     assert got == pytest.approx(train + indices + values)

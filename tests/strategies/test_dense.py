@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from strategies.dense import DenseStrategy, reply_content
-from tests.helpers import FakeGrid, reply_message
+from strategies.edge import EdgeStrategy
+from tests.helpers import FakeGrid, make_strategy, reply_message, train_config, train_reply
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
@@ -24,22 +24,23 @@ def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
     )
 
 
-def _strategy(n: int) -> DenseStrategy:
+def _strategy(n: int) -> EdgeStrategy:
     layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    return DenseStrategy(
-        clock=VirtualClock({i: PROFILE for i in range(n)}), num_clients=n, layout=layout
+    strategy: EdgeStrategy = make_strategy(
+        VirtualClock({i: PROFILE for i in range(n)}), layout, num_clients=n
     )
+    return strategy
 
 
-def _start_round(strategy: DenseStrategy, global_arrays: ArrayRecord, n: int) -> None:
+def _start_round(strategy: EdgeStrategy, global_arrays: ArrayRecord, n: int) -> None:
     messages = list(
-        strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + n)))
+        strategy.configure_train(1, global_arrays, train_config(), FakeGrid(range(100, 100 + n)))
     )
     assert len(messages) == n
 
 
 def _update_reply(update: ArrayRecord, partition_id: int, examples: int) -> RecordDict:
-    return reply_content(update, partition_id=partition_id, num_examples=examples, train_loss=1.0)
+    return train_reply(partition_id, examples, update=update)
 
 
 def test_dense_matches_flowers_fedavg_on_the_same_replies() -> None:
@@ -99,7 +100,7 @@ def _bad_replies(rng: np.random.Generator) -> dict[str, RecordDict]:
         "NaN or infinite": _update_reply(nan, 1, 5),
         "shape": _update_reply(wrong_shape, 1, 5),
         "dtype": _update_reply(wrong_dtype, 1, 5),
-        "missing ArrayRecord": RecordDict({"metrics": MetricRecord({"num-examples": 5})}),
+        "missing ArrayRecord": train_reply(1, 5),
         "missing MetricRecord": RecordDict({"arrays": good}),
         "num-examples": _update_reply(good, 1, 0),
         "partition-id": _update_reply(good, 7, 5),

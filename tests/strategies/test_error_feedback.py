@@ -1,15 +1,29 @@
+"""Error feedback over rounds: what a client computed = what the server decodes + residual."""
+
 import numpy as np
 from flwr.app import RecordDict
 
-from client.compression import (
-    PENDING_KEY,
-    RESIDUAL_KEY,
-    ErrorFeedback,
-    compress_topk,
-    hold_compensated,
-    send_values_at,
-)
-from wire.codec import indices_record
+from compress import COMPRESSORS
+from compress.base import RESIDUAL_KEY, ErrorFeedback
+from strategies.collectives.allgather import Allgather
+from strategies.collectives.allreduce import PENDING_KEY, Allreduce
+from strategies.collectives.base import ClientAction, ClientRound
+from wire.codec import Sparse
+from wire.layout import Layout
+from wire.messages import CompressionConfig, PhaseRequest, RoundConfig, TrainInstruction
+
+ROUND = RoundConfig(1, 0.1, 1, 8, 0, 0.0)
+
+
+def _job(state: RecordDict, update: np.ndarray, ratio: float) -> ClientRound:
+    return ClientRound(
+        state=state,
+        update=update,
+        instruction=TrainInstruction(ROUND, compression=CompressionConfig(ratio, "allgather")),
+        layout=Layout(("v",), ((update.size,),)),
+        compressor=COMPRESSORS["topk"],
+        rng=np.random.default_rng(0),
+    )
 
 
 def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds() -> None:
@@ -19,25 +33,32 @@ def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds()
     residual = np.zeros(1000, np.float32)  # starts at zeros
     for _ in range(6):
         update = rng.standard_normal(1000).astype(np.float32)
-        sparse, compensated = compress_topk(state, update, k=50)
-        np.testing.assert_array_equal(compensated, update + residual)
+        compensated = update + residual
+        payload = Allgather.client_train(_job(state, update, ratio=0.05))
+        assert payload.sparse is not None
+        sent = Sparse.from_record(payload.sparse, 1000, count=50)
         residual = ErrorFeedback.from_state(state, 1000).residual
-        np.testing.assert_array_equal(compensated, sparse.dense() + residual)
-        assert np.count_nonzero(residual[sparse.indices]) == 0
+        np.testing.assert_array_equal(compensated, sent.dense() + residual)
+        assert np.count_nonzero(residual[sent.indices]) == 0
+        # The sent entries are the 50 largest of e.
+        assert np.abs(compensated[sent.indices]).min() >= np.abs(residual).max()
 
 
 def test_shared_indices_invariant_residual_keeps_everything_else() -> None:
     rng = np.random.default_rng(1)
     state = RecordDict()
     residual = np.zeros(500, np.float32)
-    for _ in range(4):
+    for round_ in range(4):
         update = rng.standard_normal(500).astype(np.float32)
-        norm2 = hold_compensated(state, update, k=20)
+        payload = Allreduce.client_train(_job(state, update, ratio=20 / 500))
         compensated = update + residual
-        assert norm2 == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()
+        assert payload.topk_norm2 == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()
         shared = np.sort(rng.choice(500, size=20, replace=False))  # someone else's indices
-        values = send_values_at(state, indices_record(shared, 500))
+        request = PhaseRequest(round_ + 1, 20 / 500, shared, 500).to_content()
+        action = ClientAction(state, request, COMPRESSORS["topk"], np.random.default_rng(0))
+        record = Allreduce.client_actions["values"](action)
         assert PENDING_KEY not in state
+        values = COMPRESSORS["topk"].decode(record, 20)
         residual = ErrorFeedback.from_state(state, 500).residual
         sent = np.zeros(500, np.float32)
         sent[shared] = values

@@ -2,13 +2,12 @@
 
 import numpy as np
 import pytest
-from flwr.app import RecordDict
 
 from common.data import DIGITS_SPEC
 from common.settings import ConfigError
-from strategies.injection import InjectionPlan, parse_shared, shared_record
+from strategies.relay import InjectionPlan
 from tests.strategies.test_topk_federation import _run, _settings
-from wire.keys import INJECT_KEY
+from wire.messages import Samples
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 SAMPLE_BYTES = DIGITS_SPEC.num_features * 4 + 8  # float32 features, int64 label
@@ -48,24 +47,24 @@ def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str
 
 def test_bad_shares_are_refused_by_name() -> None:
     x = np.zeros((4, DIGITS_SPEC.num_features), dtype=np.float32)
-    good = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 3]))})
-    assert parse_shared(good, PLAN, batch=8) is not None
-    too_many = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 3]))})
+    good = Samples(x, np.array([0, 1, 2, 3])).to_record()
+    assert PLAN.check(good, batch=8) is not None
+    too_many = Samples(x, np.array([0, 1, 2, 3])).to_record()
     with pytest.raises(ValueError, match="more than"):
-        parse_shared(too_many, PLAN, batch=4)
-    bad_label = RecordDict({INJECT_KEY: shared_record(x, np.array([0, 1, 2, 10]))})
+        PLAN.check(too_many, batch=4)
+    bad_label = Samples(x, np.array([0, 1, 2, 10])).to_record()
     with pytest.raises(ValueError, match="labels outside 0..9"):
-        parse_shared(bad_label, PLAN, batch=8)
+        PLAN.check(bad_label, batch=8)
     nan = x.copy()
     nan[0, 0] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
-        parse_shared(RecordDict({INJECT_KEY: shared_record(nan, np.arange(4))}), PLAN, batch=8)
+        PLAN.check(Samples(nan, np.arange(4)).to_record(), batch=8)
     wide = np.zeros((4, 3), dtype=np.float32)
     with pytest.raises(ValueError, match="expected x of shape"):
-        parse_shared(RecordDict({INJECT_KEY: shared_record(wide, np.arange(4))}), PLAN, batch=8)
+        PLAN.check(Samples(wide, np.arange(4)).to_record(), batch=8)
     ints = x.astype(np.float64)
     with pytest.raises(ValueError, match="float32"):
-        parse_shared(RecordDict({INJECT_KEY: shared_record(ints, np.arange(4))}), PLAN, batch=8)
+        PLAN.check(Samples(ints, np.arange(4)).to_record(), batch=8)
 
 
 def test_injection_keys_must_come_together() -> None:

@@ -4,14 +4,12 @@ import numpy as np
 import pytest
 
 from scripts.run_simulation import parse_overrides, resolve_settings
-from strategies.streaming import (
-    StreamReport,
-    learning_rate,
-    parse_stream_report,
-    update_weights,
-)
+from strategies.collectives.base import Participant
+from strategies.policies.lr import LastRound, learning_rate
+from strategies.policies.weights import WEIGHTS
 from tests.strategies.test_topk_federation import PROFILE, _run, _settings
 from wire.keys import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
+from wire.messages import StreamReport, TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -71,18 +69,31 @@ def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> N
 
 
 def test_weights_and_learning_rate_scaling() -> None:
-    reports = [StreamReport(10.0, 0.0, 5, 50, 8), StreamReport(30.0, 0.0, 5, 50, 8)]
-    assert update_weights("rate", [100, 100], reports) == [10.0, 30.0]
-    assert update_weights("examples", [100, 300], reports) == [100.0, 300.0]
-    assert update_weights("uniform", [100, 300], reports) == [1.0, 1.0]
+    def participants(examples: list[int], reports: list[StreamReport | None]) -> list[Participant]:
+        return [
+            Participant(i, TrainReply(i, n, 0.0, stream=r), bytes_up=0, measured=None)
+            for i, (n, r) in enumerate(zip(examples, reports, strict=True))
+        ]
+
+    reports: list[StreamReport | None] = [
+        StreamReport(10.0, 0.0, 5, 50, 8),
+        StreamReport(30.0, 0.0, 5, 50, 8),
+    ]
+    assert WEIGHTS["rate"](participants([100, 100], reports)) == [10.0, 30.0]
+    assert WEIGHTS["examples"](participants([100, 300], reports)) == [100.0, 300.0]
+    assert WEIGHTS["uniform"](participants([100, 300], reports)) == [1.0, 1.0]
     with pytest.raises(ValueError, match="needs streaming clients"):
-        update_weights("rate", [1, 2], [None, None])
-    assert learning_rate(0.5, "linear", None, 32, 10) == 0.5  # nothing reported yet
-    assert learning_rate(0.5, "linear", 640, 32, 10) == pytest.approx(1.0)  # 2x the base batch
-    assert learning_rate(0.5, "none", 640, 32, 10) == 0.5
+        WEIGHTS["rate"](participants([1, 2], [None, None]))
+
+    def last(global_batch: int) -> LastRound:
+        return LastRound(global_batch=global_batch, batch_size=32, num_clients=10)
+
+    assert learning_rate("linear", 0.5, None, 0.0) == 0.5  # nothing reported yet
+    assert learning_rate("linear", 0.5, last(640), 0.0) == pytest.approx(1.0)  # 2x the base
+    assert learning_rate("none", 0.5, last(640), 0.0) == 0.5
     # A cap binds only above it: 15x the base batch is held at 4x, 2x stays 2x.
-    assert learning_rate(0.5, "linear", 4800, 32, 10, scale_max=4.0) == pytest.approx(2.0)
-    assert learning_rate(0.5, "linear", 640, 32, 10, scale_max=4.0) == pytest.approx(1.0)
+    assert learning_rate("linear", 0.5, last(4800), 4.0) == pytest.approx(2.0)
+    assert learning_rate("linear", 0.5, last(640), 4.0) == pytest.approx(1.0)
 
 
 def test_linear_scaling_follows_the_last_global_batch() -> None:
@@ -114,7 +125,7 @@ GOOD = {STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8, STREA
 )
 def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        parse_stream_report(metrics)
+        StreamReport.parse(metrics)
 
 
 def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:

@@ -9,7 +9,10 @@ from common.models import build_model
 from common.params import model_to_vector
 from common.settings import Settings, settings_with
 from server.app import build_strategy
-from strategies.dense import DenseStrategy, train_config_record
+from server.build import train_config_record
+from strategies.collectives.allreduce import LEADERS
+from strategies.collectives.base import Participant
+from strategies.edge import EdgeStrategy
 from tests.federation import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
@@ -32,7 +35,7 @@ def _settings(**overrides: object) -> Settings:
     return settings_with(**(base | overrides))
 
 
-def _run(settings: Settings, rounds: int) -> tuple[np.ndarray, DenseStrategy, InProcessGrid]:
+def _run(settings: Settings, rounds: int) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
     clock = VirtualClock({i: PROFILE for i in range(settings.num_clients)})
@@ -68,10 +71,11 @@ def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
     final, strategy, grid = _run(
         _settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
     )
-    from client.compression import REPLICA_KEY, load_vector
+    from client.replica import REPLICA_KEY
+    from compress.base import load_vector
 
     # Each replica holds the model of the last instruction: the global before round 4's update.
-    delta = strategy._last_delta
+    delta = strategy.replicas.last_delta
     assert delta is not None
     before_last = final.copy()
     before_last[delta.indices] -= delta.values
@@ -91,17 +95,24 @@ def test_star_leader_rotates_by_round_and_partition() -> None:
     assert leaders == [r % 3 for r in range(1, 7)]
 
 
-def test_var_leader_has_the_largest_topk_energy() -> None:
+def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(
         strategy="topk", compression_ratio=0.05, collective="allreduce", leader="var"
     )
+    scores: dict[int, float] = {}
+    choose = LEADERS["var"]
+
+    def spy(server_round: int, participants: list[Participant]) -> Participant:
+        scores.update({p.node_id: p.reply.topk_norm2 or 0.0 for p in participants})
+        return choose(server_round, participants)
+
+    monkeypatch.setitem(LEADERS, "var", spy)
     _, strategy, grid = _run(settings, rounds=1)
     [leader] = [node for kind, node in grid.sent if kind == "train.indices"]
     assert len({node for kind, node in grid.sent if kind == "train.values"}) == 3
     assert strategy.stats[1].phases[1]["name"] == "indices"
     # The chosen leader's score is the largest among the reported ones.
-    scores = strategy._last_scores  # type: ignore[attr-defined]
-    assert scores[leader] == max(scores.values())
+    assert len(scores) == 3 and scores[leader] == max(scores.values())
 
 
 def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
-from client.compression import PENDING_KEY, load_vector
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
+from compress.base import load_vector
 from server.app import build_strategy
-from strategies.dense import train_config_record
+from server.build import train_config_record
+from strategies.collectives.allreduce import PENDING_KEY
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock

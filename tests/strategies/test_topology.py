@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from strategies.dense import train_config_record
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from server.app import build_strategy
+from server.build import train_config_record
 from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
 from tests.federation import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
