@@ -30,6 +30,7 @@ from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
+from strategies.policies.lr import LearningRates
 from strategies.policies.round_times import RoundTimes
 from strategies.policies.weights import WEIGHTS
 from timing.clock import VirtualClock
@@ -90,8 +91,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
             ratio=ratio_policy(settings),
             collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
             weights=WEIGHTS[settings.aggregation_weights],
-            lr_scaling=settings.lr_scaling,
-            lr_scale_max=settings.lr_scale_max,
+            learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),

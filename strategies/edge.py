@@ -36,7 +36,7 @@ from strategies.collectives.base import (
 )
 from strategies.ledger import Ledger, RoundStats, own_samples
 from strategies.policies.collective import AutoCollective, FixedCollective
-from strategies.policies.lr import LastRound, learning_rate
+from strategies.policies.lr import LearningRates
 from strategies.policies.ratio import RatioPolicy
 from strategies.policies.round_times import TRAIN_PHASE, RoundTimes
 from strategies.relay import Relay
@@ -66,8 +66,7 @@ class Policies:
     ratio: RatioPolicy
     collective: FixedCollective | AutoCollective
     weights: Weights
-    lr_scaling: str
-    lr_scale_max: float
+    learning_rates: LearningRates
 
 
 @dataclass
@@ -125,7 +124,6 @@ class EdgeStrategy(FedAvg):
         self.round_timeout_s = round_timeout_s
         self.partition_of: dict[int, int] = {}  # node id -> partition id, from accepted replies
         self.stats: dict[int, RoundStats] = {}
-        self.last_round: LastRound | None = None  # batches of the last round, for lr scaling
         self.current: RoundState | None = None
 
     # --- choose and plan ---------------------------------------------------------------------
@@ -142,9 +140,7 @@ class EdgeStrategy(FedAvg):
         model = self.layout.flatten(arrays)
         nodes = self._nodes(grid)
         base = float(config[LEARNING_RATE])  # type: ignore[arg-type]
-        lr = learning_rate(
-            self.policies.lr_scaling, base, self.last_round, self.policies.lr_scale_max
-        )
+        lr = self.policies.learning_rates.for_round(base)
         round_config = RoundConfig(
             server_round=server_round,
             learning_rate=lr,
@@ -343,7 +339,7 @@ class EdgeStrategy(FedAvg):
     def _note_batches(self, trained: list[Participant], state: RoundState) -> None:
         """For lr scaling: the global batch per local step of the round's own samples."""
         if trained:
-            self.last_round = LastRound(
+            self.policies.learning_rates.observe(
                 global_batch=sum(own_samples(p) for p in trained) // state.local_steps,
                 batch_size=state.batch_size,
                 num_clients=self.num_clients,

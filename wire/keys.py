@@ -19,8 +19,6 @@ INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> o
 VALUES = "values"  # float32 values of a sparse vector (or of the whole model)
 INDICES = "indices"  # int32 indices of a sparse vector
 MASK = "mask"  # the same as a packed bitmask of the vector's length
-QUANTISED = "quantised"  # int8 values (8-bit compressors)
-SCALE = "scale"  # float32, one per message: quantised value x scale = value
 SAMPLES_X = "x"  # injected samples: features
 SAMPLES_Y = "y"  # injected samples: labels
 RAW_STYPE = "edgeflex.raw"  # raw little-endian bytes, no .npy header

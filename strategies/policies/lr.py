@@ -38,3 +38,18 @@ LR_SCALINGS: dict[str, Callable[[float, LastRound, float], float]] = {
 def learning_rate(policy: str, base: float, last: LastRound | None, scale_max: float) -> float:
     """This round's learning rate (the base one until a round has reported its batches)."""
     return base if last is None else LR_SCALINGS[policy](base, last, scale_max)
+
+
+@dataclass
+class LearningRates:
+    """``lr-scaling`` with its cap, and the batches of the last round that reported any."""
+
+    policy: str
+    scale_max: float = 0.0
+    last: LastRound | None = None
+
+    def for_round(self, base: float) -> float:
+        return learning_rate(self.policy, base, self.last, self.scale_max)
+
+    def observe(self, global_batch: int, batch_size: int, num_clients: int) -> None:
+        self.last = LastRound(global_batch, batch_size, num_clients)
