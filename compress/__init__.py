@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from compress.base import Compressor
 from compress.topk import TopK
+from compress.topk_q8 import TopKQ8
 
-COMPRESSORS: dict[str, Compressor] = {c.name: c for c in (TopK(),)}
+COMPRESSORS: dict[str, Compressor] = {c.name: c for c in (TopK(), TopKQ8())}
