@@ -246,6 +246,21 @@ RoundTimes = Callable[[float], "tuple[float, float] | None"]  # c -> (allgather,
 COLLECTIVE_INDEX = {"allgather": 0, "allreduce": 1}
 
 
+@dataclass(frozen=True)
+class Nsga2Params:
+    """The schedule's hyperparameters (its state is the rest of ``Nsga2Schedule``)."""
+
+    cr_min: float
+    cr_max: float
+    warmup_rounds: int
+    population: int
+    generations: int
+    seed: int
+    selection: str
+    weights: tuple[float, float]  # on 1 − PE and 1 − gain (asf)
+    collectives: tuple[str, ...]  # whose fronts the choice is taken from
+
+
 class Nsga2Schedule:
     """Fixed ratio during warm-up, then NSGA-II whenever links or gains have moved enough.
 
@@ -273,14 +288,20 @@ class Nsga2Schedule:
         unknown = set(collectives) - set(COLLECTIVE_INDEX)
         if not collectives or unknown:
             raise ValueError(f"collectives must be among {sorted(COLLECTIVE_INDEX)}")
+        self.params = Nsga2Params(
+            cr_min=cr_min,
+            cr_max=cr_max,
+            warmup_rounds=warmup_rounds,
+            population=population,
+            generations=generations,
+            seed=seed,
+            selection=selection,
+            weights=(weight_time, 1.0 - weight_time),
+            collectives=tuple(collectives),
+        )
         self.gain_model = GainModel()
         self.ratio = initial_ratio
-        self.collectives = tuple(collectives)
         self.collective: str | None = None  # None until the first solve decides
-        self.cr_min, self.cr_max = cr_min, cr_max
-        self.warmup_rounds = warmup_rounds
-        self.population, self.generations, self.seed = population, generations, seed
-        self.selection, self.weights = selection, (weight_time, 1.0 - weight_time)
         self.shared_index_factor: float | None = None
         self._links_at_solve: list[LinkLike] | None = None
         self._gain_at_solve = math.nan
@@ -330,7 +351,7 @@ class Nsga2Schedule:
         After the first solve ``collective`` names the collective the chosen point assumed.
         """
         self.last_solve = None
-        if server_round <= self.warmup_rounds or self.gain_model.smoothed is None:
+        if server_round <= self.params.warmup_rounds or self.gain_model.smoothed is None:
             return self.ratio
         if links is None or compute_s <= 0 or round_times(self.ratio) is None:
             return self.ratio
@@ -351,22 +372,24 @@ class Nsga2Schedule:
             return parallel_efficiency
 
         problems = {
-            name: RatioProblem(efficiency(name), self._gain_of(name), self.cr_min, self.cr_max)
-            for name in self.collectives
+            name: RatioProblem(
+                efficiency(name), self._gain_of(name), self.params.cr_min, self.params.cr_max
+            )
+            for name in self.params.collectives
         }
         solution = solve(
             problems,
-            population=self.population,
-            generations=self.generations,
-            seed=self.seed,
-            selection=self.selection,
-            weights=self.weights,
+            population=self.params.population,
+            generations=self.params.generations,
+            seed=self.params.seed,
+            selection=self.params.selection,
+            weights=self.params.weights,
         )
         self.ratio, self.collective = solution.ratio, solution.collective
         self._links_at_solve = list(links)
         self._gain_at_solve = solution.gain
         grid = self.gain_model.grid
-        grid = grid[(grid >= self.cr_min) & (grid <= self.cr_max)]
+        grid = grid[(grid >= self.params.cr_min) & (grid <= self.params.cr_max)]
         times = [round_times(float(c)) for c in grid]
         self.last_solve = SolveRecord(
             round=server_round,
@@ -382,7 +405,7 @@ class Nsga2Schedule:
             grid_gains=tuple(float(g) for g in self.gain_model.curve()(grid)),
             grid_round_s={
                 name: tuple(float(t[COLLECTIVE_INDEX[name]]) if t else math.inf for t in times)
-                for name in self.collectives
+                for name in self.params.collectives
             },
         )
         return self.ratio
