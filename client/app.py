@@ -9,6 +9,7 @@ for → the collective's client half (error feedback and compression) → reply.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 from flwr.app import Context, Message
@@ -35,7 +36,10 @@ DENSE = "dense"
 COMPRESSOR_RNG = 0xC0  # stream of the seeded generator stochastic compressors draw from
 
 
-def _compressor_rng(settings: Settings, partition_id: int, server_round: int, phase: int):
+def _compressor_rng(
+    settings: Settings, partition_id: int, server_round: int, phase: int
+) -> np.random.Generator:
+    """A generator per (seed, client, round, phase): stochastic rounding repeats with a seed."""
     return np.random.default_rng([settings.seed, COMPRESSOR_RNG, partition_id, server_round, phase])
 
 
@@ -43,9 +47,9 @@ def _compressor_rng(settings: Settings, partition_id: int, server_round: int, ph
 def train(msg: Message, context: Context) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
-    instruction = TrainInstruction.parse(msg.content, Layout.of_model(model).size)
+    layout = Layout.of_model(model)
+    instruction = TrainInstruction.parse(msg.content, layout.size)
     if instruction.replica is not None:
-        layout = Layout.of_model(model)
         start = bring_up_to_date(context.state, instruction.replica)
     else:
         assert instruction.dense_model is not None
@@ -89,7 +93,7 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def _action(handler: ActionHandler, phase: int):
+def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], Message]:
     """A Flower handler for one of a collective's further phases."""
 
     def handle(msg: Message, context: Context) -> Message:
