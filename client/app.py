@@ -104,6 +104,7 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
         sparse = handler(
             ClientAction(
                 state=context.state,
+                request=request,
                 content=msg.content,
                 compressor=COMPRESSORS[settings.compressor],
                 rng=_compressor_rng(settings, partition_id, request.server_round, phase),

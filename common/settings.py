@@ -189,7 +189,7 @@ class Settings:
         """Validate ``run_config`` and return typed settings.
 
         ``tables = False`` skips the table-backed names (a ClientApp: the ServerApp checked
-        the same run config before it sent anything, and the tables' modules are server code).
+        the same run config before it sent anything, and several tables sit in server code).
 
         Raises
         ------
@@ -236,6 +236,11 @@ class Settings:
         if self.min_clients > self.num_clients:
             raise ConfigError(
                 f"min-clients ({self.min_clients}) exceeds num-clients ({self.num_clients})"
+            )
+        if self.compressor != "topk" and self.topology != "star":
+            raise ConfigError(
+                f"topology = {self.topology!r} charges the papers' formulas for float32 values; "
+                f"compressor = {self.compressor!r} can only be charged on the star topology"
             )
         if self.timing == "measured" and self.topology != "star":
             raise ConfigError(

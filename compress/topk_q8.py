@@ -33,6 +33,13 @@ class TopKQ8:
 
     def encode(self, values: NDArray[np.float32], rng: np.random.Generator) -> Encoded:
         values = values.astype(np.float32, copy=False)
+        if not np.all(np.isfinite(values)):  # a NaN scale: the receiver refuses the message
+            nan = np.float32(np.nan)
+            arrays = {
+                QUANTISED: raw_array(np.zeros(values.size, np.int8)),
+                SCALE: raw_array(np.array([nan], dtype="<f4")),
+            }
+            return Encoded(arrays, np.full(values.size, nan, dtype=np.float32))
         largest = np.float32(np.abs(values).max()) if values.size else np.float32(0.0)
         scale = largest / np.float32(LEVELS) if largest > 0 else np.float32(1.0)
         scaled = values / scale
@@ -53,7 +60,7 @@ class TopKQ8:
         if scale.size != 1 or not np.isfinite(scale[0]) or scale[0] <= 0:
             raise PayloadError(f"scale must be one finite number > 0, got {scale.tolist()[:4]}")
         with np.errstate(over="ignore"):  # a huge scale overflows: refused just below
-            values = _dequantise(quantised.astype(np.int8), np.float32(scale[0]))
+            values = _dequantise(quantised.astype(np.int8, copy=False), np.float32(scale[0]))
         if not np.all(np.isfinite(values)):
             raise PayloadError("values contain NaN or infinite entries")
         return values

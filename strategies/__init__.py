@@ -1,1 +1,2 @@
-"""Server-side strategies, the aggregation maths and the wire accounting they share with clients."""
+"""EdgeStrategy and its parts: collectives (both halves of each exchange; a ClientApp loads
+only these), policies, the ledger, replicas and the injection relay."""

@@ -187,12 +187,9 @@ class EdgeStrategy(FedAvg):
         return messages
 
     def _nodes(self, grid: Grid) -> list[int]:
-        """Every connected node, once at least ``min_available_nodes`` are."""
-        connected = len(list(grid.get_node_ids()))
-        nodes, _ = sample_nodes(
-            grid, self.min_available_nodes, max(connected, self.min_train_nodes)
-        )
-        return sorted(nodes)
+        """Every connected node, once at least ``min_available_nodes`` are (one listing)."""
+        _, connected = sample_nodes(grid, self.min_available_nodes, self.min_available_nodes)
+        return sorted(connected)
 
     def _sharers(self, server_round: int) -> tuple[int, ...] | None:
         if self.relay is None:
@@ -284,12 +281,13 @@ class EdgeStrategy(FedAvg):
                 )
                 participant.contribution = state.collective.decode(reply, plan)
             except (ValueError, KeyError) as exc:
-                plan.log.refuse(node, TRAIN_PHASE, exc)
+                # Dense records name no phase (a dense round has one), as they always did.
+                plan.log.refuse(node, TRAIN_PHASE if state.collective.compressed else None, exc)
                 continue
             seen.add(reply.partition_id)
             self.partition_of[node] = reply.partition_id
-            if shared is not None and self.relay is not None and reply.shared is not None:
-                self.relay.keep(reply.partition_id, shared, reply.shared)
+            if shared is not None:
+                self._keep_shared(reply, shared)
             accepted.append(participant)
         # Replies arrive in completion order; sort so float sums are the same every run.
         accepted.sort(key=lambda p: p.partition_id)
@@ -307,6 +305,10 @@ class EdgeStrategy(FedAvg):
         wall_s = self.ledger.wall_s()
         plan.log.phases.append(Phase(TRAIN_PHASE, works, wall_s, sum(state.bytes_down.values())))
         return accepted
+
+    def _keep_shared(self, reply: TrainReply, shared: Samples) -> None:
+        assert self.relay is not None and reply.shared is not None  # _shared checked both
+        self.relay.keep(reply.partition_id, shared, reply.shared)
 
     def _shared(self, reply: TrainReply) -> Samples | None:
         """The samples a reply shares (data injection), checked."""

@@ -467,11 +467,12 @@ def _optional_number(
     if key not in metrics:
         return None
     value = metrics[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        bounds = f"[{low}, {high}]" if math.isfinite(high) else f">= {low}"
-        raise ValueError(f"{key} {value!r} is not a number {bounds}")
-    if not math.isfinite(value):
-        raise ValueError(f"{key} {value!r} is not finite")
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid or not low <= value <= high or not math.isfinite(value):
+        what = (
+            f"a number in [{low:g}, {high:g}]" if math.isfinite(high) else "a non-negative number"
+        )
+        raise ValueError(f"{key} {value!r} is not {what}")
     return float(value)
 
 

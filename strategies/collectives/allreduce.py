@@ -89,8 +89,8 @@ def _held(action: ClientAction) -> Vector:
 def _indices(action: ClientAction) -> ArrayRecord:
     """The leader: the Top-k indices of its held e."""
     held = _held(action)
-    ratio = PhaseRequest.parse(action.content).ratio
-    return indices_record(topk_indices(held, topk_count(held.size, ratio)), held.size)
+    k = topk_count(held.size, action.request.ratio)
+    return indices_record(topk_indices(held, k), held.size)
 
 
 def _values(action: ClientAction) -> ArrayRecord:
@@ -181,11 +181,10 @@ class Allreduce:
         plan: RoundPlan,
         index_set: Indices,
         participants: list[Participant],
-        leader: int | None = None,
         factor: float | None = None,
     ) -> Aggregate:
         if not participants:
-            return Aggregate([], None, leader=leader)
+            return Aggregate([], None)
         values = [p.contribution for p in participants]
         update = Sparse(
             index_set,
@@ -193,7 +192,7 @@ class Allreduce:
             plan.size,
         )
         self._index_set = self.next_index_set(update, plan.k)
-        return Aggregate(participants, update, factor, leader)
+        return Aggregate(participants, update, factor)
 
     def _leader_phases(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if not participants:
@@ -201,16 +200,14 @@ class Allreduce:
         leader = self.choose_leader(plan.server_round, participants)
         request = PhaseRequest(plan.server_round, plan.ratio).to_content()
         replies = yield Exchange(
-            INDICES_ACTION,
             [Message(content=request, dst_node_id=leader.node_id, message_type=TRAIN_INDICES)],
         )
         index_set = self._leader_indices(plan, leader, content_nbytes(request), replies)
         if index_set is None:
-            return Aggregate([], None, leader=leader.node_id)  # no index set, no round
+            return Aggregate([], None)  # no index set, no round
         values_request = PhaseRequest(plan.server_round, plan.ratio, index_set, plan.size)
         content = values_request.to_content()
         replies = yield Exchange(
-            VALUES_ACTION,
             [
                 Message(content=content, dst_node_id=p.node_id, message_type=TRAIN_VALUES)
                 for p in participants
@@ -220,7 +217,7 @@ class Allreduce:
             plan, participants, index_set, content_nbytes(content), replies
         )
         factor = shared_index_factor(accepted) if accepted else None
-        return self._aggregate(plan, index_set, accepted, leader.node_id, factor)
+        return self._aggregate(plan, index_set, accepted, factor)
 
     def _leader_indices(
         self, plan: RoundPlan, leader: Participant, bytes_down: int, replies: Replies

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from compress.base import Compressor
 from wire.codec import Sparse
 from wire.layout import Layout
-from wire.messages import TrainInstruction, TrainReply
+from wire.messages import PhaseRequest, TrainInstruction, TrainReply
 from wire.tally import ClientWork, MeasuredTimes
 
 Vector = NDArray[np.float32]
@@ -51,7 +51,8 @@ class ClientAction:
     """A further phase's request at a client (e.g. Allreduce's ``indices`` and ``values``)."""
 
     state: RecordDict
-    content: RecordDict  # the request as it came
+    request: PhaseRequest
+    content: RecordDict  # the request as it came (its arrays)
     compressor: Compressor
     rng: np.random.Generator
 
@@ -144,7 +145,6 @@ class Replies:
 class Exchange:
     """Messages the strategy sends through the grid for the program's next phase."""
 
-    phase: str
     messages: list[Message]
 
 
@@ -169,7 +169,6 @@ class Aggregate:
     participants: list[Participant]  # whose contributions were aggregated, by partition id
     update: Update | None  # None: nothing to apply
     shared_index_factor: float | None = None  # Allreduce with a leader: ||e[I]||² / ||TopK(e)||²
-    leader: int | None = None  # node that chose the index set
 
 
 Program = Generator[Exchange, Replies, Aggregate]

@@ -242,7 +242,7 @@ class SolveRecord:
     grid_round_s: dict[str, tuple[float, ...]]  # predicted round time at c per collective
 
 
-RoundTimes = Callable[[float], "tuple[float, float] | None"]  # c -> (allgather, allreduce) s
+PredictRoundS = Callable[[float], "tuple[float, float] | None"]  # c -> (allgather, allreduce) s
 COLLECTIVE_INDEX = {"allgather": 0, "allreduce": 1}
 
 
@@ -342,7 +342,7 @@ class Nsga2Schedule:
     def ratio_for(
         self,
         server_round: int,
-        round_times: RoundTimes,
+        round_times: PredictRoundS,
         compute_s: float,
         links: Sequence[LinkLike] | None,
     ) -> float:

@@ -89,6 +89,23 @@ def test_error_feedback_keeps_the_quantisation_error() -> None:
         assert np.count_nonzero(residual[sent.indices]) > 0  # the rounding error waits
 
 
+def test_non_finite_values_travel_so_that_the_server_refuses_them() -> None:
+    values = _values(10)
+    values[3] = np.nan
+    encoded = Q8.encode(values, np.random.default_rng(0))
+    assert np.all(np.isnan(encoded.decoded))  # error feedback keeps the NaN, as with float32
+    with pytest.raises(PayloadError, match="scale must be"):
+        Q8.decode(ArrayRecord(encoded.arrays), 10)
+
+
+def test_only_the_star_topology_charges_8_bit_values() -> None:
+    from common.settings import ConfigError, settings_with
+
+    assert settings_with(compressor="topk-q8", strategy="topk").topology == "star"
+    with pytest.raises(ConfigError, match="only be charged on the star topology"):
+        settings_with(compressor="topk-q8", strategy="topk", topology="ring")
+
+
 def _record(**arrays: object) -> ArrayRecord:
     good = Q8.encode(_values(10), np.random.default_rng(0)).arrays
     out = dict(good)

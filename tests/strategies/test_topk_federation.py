@@ -156,3 +156,17 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
     assert payloads[0] == {100: "full", 101: "full", 102: "full"}
     assert payloads[1] == {100: "delta", 101: "delta", 102: "delta"}
     assert payloads[2] == {100: "delta", 101: "full", 102: "delta"}
+
+
+@pytest.mark.parametrize("strategy", ["dense", "topk"])
+def test_a_round_goes_to_every_connected_node_once_min_clients_are(strategy: str) -> None:
+    from tests.helpers import FakeGrid, train_config
+
+    settings = _settings(strategy=strategy, num_clients=4, min_clients=2)
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    built = build_strategy(settings, VirtualClock({i: PROFILE for i in range(4)}), layout)
+    arrays = layout.unflatten(model_to_vector(model))
+    for connected in ([100, 102], [100, 101, 103], [100, 101, 102, 103]):
+        messages = built.configure_train(1, arrays, train_config(), FakeGrid(connected))
+        assert sorted(m.metadata.dst_node_id for m in messages) == connected
