@@ -54,8 +54,10 @@ def test_shared_indices_invariant_residual_keeps_everything_else() -> None:
         compensated = update + residual
         assert payload.topk_norm2 == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()
         shared = np.sort(rng.choice(500, size=20, replace=False))  # someone else's indices
-        request = PhaseRequest(round_ + 1, 20 / 500, shared, 500).to_content()
-        action = ClientAction(state, request, COMPRESSORS["topk"], np.random.default_rng(0))
+        request = PhaseRequest(round_ + 1, 20 / 500, shared, 500)
+        action = ClientAction(
+            state, request, request.to_content(), COMPRESSORS["topk"], np.random.default_rng(0)
+        )
         record = Allreduce.client_actions["values"](action)
         assert PENDING_KEY not in state
         values = COMPRESSORS["topk"].decode(record, 20)
