@@ -280,7 +280,7 @@ class EdgeStrategy(FedAvg):
                     compress_s=reply.compress_s or 0.0,
                 )
                 participant.contribution = state.collective.decode(reply, plan)
-            except (ValueError, KeyError) as exc:
+            except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
                 # Dense records name no phase (a dense round has one), as they always did.
                 plan.log.refuse(node, TRAIN_PHASE if state.collective.compressed else None, exc)
                 continue

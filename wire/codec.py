@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from io import BytesIO
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 from numpy.typing import NDArray
 
-from wire.keys import INDICES, MASK, RAW_STYPE, VALUES
+from wire.keys import INDICES, MASK, NUMPY_STYPE, RAW_STYPE, VALUES
 
 ValuesDecoder = Callable[[ArrayRecord, int], "NDArray[np.float32]"]  # (record, count) -> values
 
@@ -44,25 +45,72 @@ def raw_array(values: NDArray[np.generic]) -> Array:
     )
 
 
+def short(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: refusals quote what a client sent."""
+    return clip(repr(value), limit)
+
+
+def clip(text: object, limit: int = 80) -> str:
+    """``str(text)`` cut to ``limit`` characters."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...({len(text)} chars)"
+
+
 def read_raw(record: ArrayRecord, name: str, dtype: str) -> NDArray[np.generic]:
+    """A 1-D raw array (this codec's own stype), checked before its bytes are read."""
     if name not in record:
         raise PayloadError(f"array {name!r} is missing")
     array = record[name]
+    if array.stype != RAW_STYPE:
+        raise PayloadError(f"array {name!r} has stype {clip(array.stype)}, expected {RAW_STYPE}")
     if array.dtype != dtype:
-        raise PayloadError(f"array {name!r} has dtype {array.dtype}, expected {dtype}")
-    if array.stype == RAW_STYPE:
-        if len(array.shape) != 1:
-            raise PayloadError(f"array {name!r} has shape {tuple(array.shape)}, expected 1-D")
-        expected = int(array.shape[0]) * np.dtype(dtype).itemsize
-        if len(array.data) != expected:
-            raise PayloadError(
-                f"array {name!r} carries {len(array.data)} bytes, expected {expected}"
-            )
-        return np.frombuffer(array.data, dtype=np.dtype(dtype).newbyteorder("<"))
-    values = array.numpy()
-    if values.ndim != 1:
-        raise PayloadError(f"array {name!r} has shape {values.shape}, expected 1-D")
-    return values
+        raise PayloadError(f"array {name!r} has dtype {clip(array.dtype)}, expected {dtype}")
+    if len(array.shape) != 1:
+        raise PayloadError(f"array {name!r} has shape {clip(tuple(array.shape))}, expected 1-D")
+    expected = int(array.shape[0]) * np.dtype(dtype).itemsize
+    if len(array.data) != expected:
+        raise PayloadError(f"array {name!r} carries {len(array.data)} bytes, expected {expected}")
+    return np.frombuffer(array.data, dtype=np.dtype(dtype).newbyteorder("<"))
+
+
+_NPY_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def load_numpy(
+    array: Array, name: str, dtype: str, shapes: tuple[tuple[int, ...], ...] | None = None
+) -> NDArray[np.generic]:
+    """A numpy-serialized Array (Flower's stype), checked before anything is allocated: its
+    metadata and its .npy header must name ``dtype`` and one of ``shapes`` (default: the
+    metadata's shape), and the data must be exactly that many elements."""
+    if array.stype != NUMPY_STYPE:
+        raise PayloadError(f"array {name!r} has stype {clip(array.stype)}, expected {NUMPY_STYPE}")
+    shape = tuple(int(n) for n in array.shape)
+    if array.dtype != dtype:
+        raise PayloadError(f"array {name!r} has dtype {clip(array.dtype)}, expected {dtype}")
+    if shapes is not None and shape not in shapes:
+        allowed = " or ".join(str(s) for s in shapes)
+        raise PayloadError(f"array {name!r} has shape {clip(shape)}, expected {allowed}")
+    stream = BytesIO(array.data)
+    try:
+        header = _NPY_HEADERS[np.lib.format.read_magic(stream)](stream)
+    except Exception:  # anything unreadable: not a .npy array this codec accepts
+        raise PayloadError(f"array {name!r} has no readable .npy header") from None
+    header_shape, fortran_order, header_dtype = header
+    if tuple(header_shape) != shape or header_dtype != np.dtype(dtype) or fortran_order:
+        raise PayloadError(
+            f"array {name!r}: its header says {header_dtype} {short(tuple(header_shape))}, "
+            f"its metadata {dtype} {short(shape)}"
+        )
+    expected = math.prod(shape) * np.dtype(dtype).itemsize
+    if len(array.data) - stream.tell() != expected:
+        raise PayloadError(
+            f"array {name!r} carries {len(array.data) - stream.tell()} data bytes, expected "
+            f"{expected}"
+        )
+    return np.frombuffer(array.data, dtype=header_dtype, offset=stream.tell()).reshape(shape)
 
 
 def encode_indices(indices: NDArray[np.int64], size: int) -> tuple[str, Array]:

@@ -22,6 +22,7 @@ MASK = "mask"  # the same as a packed bitmask of the vector's length
 SAMPLES_X = "x"  # injected samples: features
 SAMPLES_Y = "y"  # injected samples: labels
 RAW_STYPE = "edgeflex.raw"  # raw little-endian bytes, no .npy header
+NUMPY_STYPE = "numpy.ndarray"  # Flower's own: .npy bytes (header, then data)
 
 # --- instruction config keys -----------------------------------------------------------------
 SERVER_ROUND = "server-round"

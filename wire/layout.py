@@ -14,6 +14,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 from numpy.typing import NDArray
 
+from wire.codec import load_numpy
+
 
 class HasStateDict(Protocol):
     """A torch module, as far as its layout goes (wire/ does not import torch)."""
@@ -47,10 +49,9 @@ class Layout:
             raise ValueError(f"array names {list(record)} do not match the model's {self.names}")
         parts = []
         for name, shape in zip(self.names, self.shapes, strict=True):
-            arr = record[name].numpy()
-            # Flower stores a 0-d array (batch norm's num_batches_tracked) with shape (1,).
-            if tuple(arr.shape) != shape and not (shape == () and arr.shape == (1,)):
-                raise ValueError(f"array {name!r} has shape {arr.shape}, expected {shape}")
+            # A 0-d array (batch norm's num_batches_tracked) may travel with shape (1,).
+            shapes = (shape, (1,)) if shape == () else (shape,)
+            arr = load_numpy(record[name], name, "float32", shapes)
             parts.append(arr.astype(np.float32, copy=False).reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 

@@ -25,7 +25,9 @@ from wire.codec import (
     Sparse,
     decode_indices,
     indices_record,
+    load_numpy,
     read_raw,
+    short,
     values_record,
 )
 from wire.keys import (
@@ -361,11 +363,23 @@ class Samples:
 
     @classmethod
     def parse(cls, record: ArrayRecord) -> Samples:
+        """Checked before loading: two arrays, x float32 (n, features) and y int64 (n,)."""
         if set(record) != {SAMPLES_X, SAMPLES_Y}:
-            raise ValueError(f"{INJECT_KEY} must hold arrays 'x' and 'y', got {sorted(record)}")
-        if record[SAMPLES_X].dtype != "float32" or record[SAMPLES_Y].dtype != "int64":
+            raise ValueError(
+                f"{INJECT_KEY} must hold arrays 'x' and 'y', got {short(sorted(record))}"
+            )
+        x, y = record[SAMPLES_X], record[SAMPLES_Y]
+        if x.dtype != "float32" or y.dtype != "int64":
             raise ValueError(f"{INJECT_KEY}: x must be float32 and y int64")
-        return cls(record[SAMPLES_X].numpy(), record[SAMPLES_Y].numpy())
+        if len(x.shape) != 2 or tuple(y.shape) != (x.shape[0],):
+            raise ValueError(
+                f"{INJECT_KEY}: expected x of shape (n, features) and y of shape (n,), got "
+                f"{short(tuple(x.shape))} and {short(tuple(y.shape))}"
+            )
+        return cls(
+            load_numpy(x, SAMPLES_X, "float32"),  # type: ignore[arg-type]
+            load_numpy(y, SAMPLES_Y, "int64"),  # type: ignore[arg-type]
+        )
 
 
 def samples_of(content: RecordDict) -> Samples | None:

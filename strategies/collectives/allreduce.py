@@ -238,7 +238,7 @@ class Allreduce:
                 raise PayloadError(f"{index_set.size} indices, expected {plan.k}")
             bytes_up = content_nbytes(reply.content)
             measured = plan.measure(reply)
-        except (ValueError, KeyError) as exc:
+        except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
             plan.log.refuse(leader.node_id, INDICES_ACTION, exc)
             index_set, bytes_up = None, 0
         work = ClientWork(leader.partition_id, bytes_down, 0, bytes_up, measured=measured)
@@ -256,6 +256,7 @@ class Allreduce:
         """Participants whose values at I were accepted, by partition id; logs the phase."""
         by_node = {p.node_id: p for p in participants}
         accepted: list[Participant] = []
+        answered: set[int] = set()
         works: list[ClientWork] = []
         for msg in replies.messages:
             node = msg.metadata.src_node_id
@@ -263,14 +264,17 @@ class Allreduce:
             try:
                 if p is None:
                     raise ValueError("not a participant of this round")
+                if node in answered:
+                    raise ValueError("a second values reply from this node")
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
                 values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
                 compress_s = compress_s_of(msg.content) or 0.0
                 measured = plan.measure(msg)
-            except (ValueError, KeyError) as exc:
+            except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
                 plan.log.refuse(node, VALUES_ACTION, exc)
                 continue
+            answered.add(node)
             p.contribution = values
             p.compress_s += compress_s
             accepted.append(p)
@@ -285,7 +289,7 @@ class Allreduce:
         plan.log.failed.extend(
             f"node {p.node_id} (partition {p.partition_id}) (values): no usable reply"
             for p in participants
-            if p not in accepted
+            if p.node_id not in answered
         )
         accepted.sort(key=lambda p: p.partition_id)
         return accepted

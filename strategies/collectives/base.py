@@ -28,6 +28,7 @@ from wire.messages import PhaseRequest, TrainInstruction, TrainReply
 from wire.tally import ClientWork, MeasuredTimes
 
 Vector = NDArray[np.float32]
+REASON_CHARS = 300  # longest refusal reason kept (log line and record)
 Indices = NDArray[np.int64]
 
 
@@ -127,10 +128,16 @@ class RoundLog:
     refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
-    def refuse(self, node: int, phase: str | None, reason: object) -> None:
+    def refuse(self, node: int, phase: str | None, reason: BaseException | str) -> None:
+        """Note a refused reply: the reason, bounded in length (it may quote the client)."""
         where = f"node {node}" if phase is None else f"node {node} ({phase})"
-        log(WARNING, "Refused reply from %s: %s", where, reason)
-        self.refused.append(f"{where}: {reason}")
+        text = str(reason)
+        if isinstance(reason, BaseException) and not isinstance(reason, ValueError | KeyError):
+            text = f"{type(reason).__name__}: {text}"  # not one of ours: name what it was
+        if len(text) > REASON_CHARS:
+            text = f"{text[: REASON_CHARS - 20]}...({len(text)} chars)"
+        log(WARNING, "Refused reply from %s: %s", where, text)
+        self.refused.append(f"{where}: {text}")
 
 
 @dataclass(frozen=True)
