@@ -219,6 +219,8 @@ class Settings:
             check_stream_rates(self.stream_rates, self.num_clients)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.cr_min >= self.cr_max:
+            raise ConfigError(f"cr-min ({self.cr_min}) must be below cr-max ({self.cr_max})")
         if self.batch_min > self.batch_max:
             raise ConfigError(
                 f"batch-min ({self.batch_min}) must not exceed batch-max ({self.batch_max})"

@@ -65,8 +65,11 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
             path = PROJECT_ROOT / path
         if not path.is_file():
             raise ConfigError(f"run-config preset {word!r} not found")
-        with path.open("rb") as fh:
-            out.update(_flatten(tomllib.load(fh)))
+        try:
+            with path.open("rb") as fh:
+                out.update(_flatten(tomllib.load(fh)))
+        except tomllib.TOMLDecodeError as exc:  # its message says "(at line L, column C)"
+            raise ConfigError(f"run-config preset {path}: {exc}") from None
     for key, raw in pairs:
         try:
             out[key] = tomllib.loads(f"v = {raw}")["v"]

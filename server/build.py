@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from flwr.app import ConfigRecord
 
-from common.data import data_spec
+from common.data import data_spec, server_test_split
 from common.settings import Settings
 from strategies.collectives import COLLECTIVES
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
@@ -66,6 +66,8 @@ def relay(settings: Settings) -> Relay | None:
     if settings.injection_alpha <= 0:
         return None
     spec = data_spec(settings)
+    held_out = server_test_split(settings).x  # what features of this data set look like
+    span = float(held_out.max() - held_out.min())
     return Relay(
         InjectionPlan(
             alpha=settings.injection_alpha,
@@ -73,6 +75,12 @@ def relay(settings: Settings) -> Relay | None:
             seed=settings.seed,
             num_features=spec.num_features,
             num_classes=spec.num_classes,
+            # the held-out split's range, a tenth of it wider each way (a training sample
+            # may lie a little beyond it)
+            feature_range=(
+                float(held_out.min()) - 0.1 * span,
+                float(held_out.max()) + 0.1 * span,
+            ),
         )
     )
 

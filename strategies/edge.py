@@ -270,7 +270,7 @@ class EdgeStrategy(FedAvg):
                 reply = TrainReply.parse(msg.content, self.num_clients)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
-                shared = self._shared(reply)
+                shared = self._shared(reply, state.plan.server_round)
                 self.policies.ratio.check(reply)
                 participant = Participant(
                     node_id=node,
@@ -310,12 +310,17 @@ class EdgeStrategy(FedAvg):
         assert self.relay is not None and reply.shared is not None  # _shared checked both
         self.relay.keep(reply.partition_id, shared, reply.shared)
 
-    def _shared(self, reply: TrainReply) -> Samples | None:
-        """The samples a reply shares (data injection), checked."""
+    def _shared(self, reply: TrainReply, server_round: int) -> Samples | None:
+        """The samples a reply shares (data injection), checked: only this round's sharers
+        share, each within its allowance and the data set's range."""
         if reply.shared is None:
             return None
         if self.relay is None:
             raise ValueError(f"{INJECT_KEY} in a reply, but data injection is off")
+        if reply.partition_id not in self.relay.plan.sharers(server_round, self.num_clients):
+            raise ValueError(
+                f"{INJECT_KEY}: partition {reply.partition_id} was not asked to share this round"
+            )
         return self.relay.plan.check(reply.shared, reply.num_examples)
 
     def _note_failed(

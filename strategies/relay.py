@@ -29,6 +29,7 @@ class InjectionPlan:
     seed: int
     num_features: int
     num_classes: int
+    feature_range: tuple[float, float] = (-math.inf, math.inf)  # what the data set holds
 
     def sharers(self, server_round: int, num_clients: int) -> list[int]:
         """Partition ids asked to share this round (at least one when alpha > 0)."""
@@ -51,6 +52,12 @@ class InjectionPlan:
         if not np.all(np.isfinite(x)) or np.any((y < 0) | (y >= self.num_classes)):
             raise ValueError(
                 f"{INJECT_KEY}: non-finite features or labels outside 0..{self.num_classes - 1}"
+            )
+        low, high = self.feature_range
+        if x.size and (x.min() < low or x.max() > high):
+            raise ValueError(
+                f"{INJECT_KEY}: features in [{x.min():g}, {x.max():g}], outside the data set's "
+                f"[{low:g}, {high:g}]"
             )
         return Samples(x.astype(np.float32), y.astype(np.int64))
 

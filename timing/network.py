@@ -194,6 +194,11 @@ def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkS
                         f"{path}:{line}: field {column!r} is not a number: {row[column]!r}"
                     ) from None
             where = f"{path}:{line}"
+            for column in ("client", "round"):  # nan and inf are floats, never ids
+                if not math.isfinite(values[column]):
+                    raise NetworkConfigError(
+                        f"{where}: field {column!r} = {row[column]!r} is not an integer"
+                    )
             client, start = int(values["client"]), int(values["round"])
             if values["client"] != client or not 0 <= client < num_clients:
                 raise NetworkConfigError(
@@ -205,7 +210,11 @@ def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkS
             latency = _positive(where, "latency_ms", values["latency_ms"], allow_zero=True)
             up = _positive(where, "uplink_mbps", values["uplink_mbps"])
             down = _positive(where, "downlink_mbps", values["downlink_mbps"])
-            rows.setdefault(client, []).append(
-                (start, LinkSpec(latency / 1000.0, up * MBPS, down * MBPS))
-            )
-    return {client: tuple(sorted(changes, key=lambda c: c[0])) for client, changes in rows.items()}
+            earlier = rows.setdefault(client, [])
+            if earlier and start <= earlier[-1][0]:
+                raise NetworkConfigError(
+                    f"{where}: round {start} of client {client} is not after its previous row "
+                    f"(round {earlier[-1][0]}); a client's rows must go forward in time"
+                )
+            earlier.append((start, LinkSpec(latency / 1000.0, up * MBPS, down * MBPS)))
+    return {client: tuple(changes) for client, changes in rows.items()}

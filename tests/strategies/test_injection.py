@@ -70,3 +70,44 @@ def test_bad_shares_are_refused_by_name() -> None:
 def test_injection_keys_must_come_together() -> None:
     with pytest.raises(ConfigError, match="both 0"):
         _settings(injection_alpha=0.5)
+
+
+def test_features_outside_the_data_sets_range_are_refused() -> None:
+    plan = InjectionPlan(
+        0.5,
+        0.5,
+        seed=5,
+        num_features=DIGITS_SPEC.num_features,
+        num_classes=10,
+        feature_range=(0.0, 1.0),
+    )
+    x = np.zeros((4, DIGITS_SPEC.num_features), dtype=np.float32)
+    assert plan.check(Samples(x, np.arange(4)).to_record(), batch=8) is not None
+    x[2, 5] = 1e30
+    with pytest.raises(ValueError, match=r"outside the data set's \[0, 1\]"):
+        plan.check(Samples(x, np.arange(4)).to_record(), batch=8)
+
+
+def test_only_this_rounds_sharers_may_share() -> None:
+    from tests.helpers import reply_message, train_reply
+
+    settings = _settings(
+        strategy="dense", num_clients=4, batch_size=16, injection_alpha=0.25, injection_beta=0.5
+    )
+    _, run, grid = _run(settings, rounds=1)
+    [sharer] = InjectionPlan(0.25, 0.5, settings.seed, 64, 10).sharers(2, 4)
+    outsider = next(p for p in range(4) if p != sharer)
+    # Round 2 by hand: the outsider's reply carries samples it was not asked for.
+    from server.build import train_config_record
+
+    arrays = run.layout.unflatten(run.current.model)
+    config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
+    messages = list(run.configure_train(2, arrays, config, grid))
+    replies = list(grid.send_and_receive(messages))
+    x = np.zeros((8, DIGITS_SPEC.num_features), dtype=np.float32)
+    content = train_reply(outsider, 16, update=arrays, shared=Samples(x, np.arange(8)).to_record())
+    forged = [r for r in replies if r.metadata.src_node_id != 100 + outsider]
+    forged.append(reply_message(content, 100 + outsider))
+    run.aggregate_train(2, forged)
+    [refused] = run.stats[2].refused
+    assert f"partition {outsider} was not asked to share this round" in refused
