@@ -18,6 +18,7 @@ from compress import COMPRESSORS
 from server.build import (
     AUTO,
     COLLECTIVE_OF_STRATEGY,
+    bounds,
     ratio_policy,
     relay,
     train_config_record,
@@ -95,6 +96,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),
+        bounds=bounds(settings),
         relay=relay(settings),
         min_clients=settings.min_clients,
         round_timeout_s=settings.round_timeout_s,

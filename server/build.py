@@ -6,12 +6,15 @@ arguments of those modules.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from flwr.app import ConfigRecord
 
 from common.data import data_spec, server_test_split
+from common.rates import RATE_FLOOR, RATE_SETS, STREAM_OFF, parse_rate_list
 from common.settings import Settings
+from strategies.bounds import Bounds, rate_range
 from strategies.collectives import COLLECTIVES
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
 from strategies.relay import InjectionPlan, Relay
@@ -59,6 +62,25 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     if settings.adaptive_delta > 0:
         return AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
     return CR_SCHEDULES[settings.cr_schedule](settings)
+
+
+def bounds(settings: Settings) -> Bounds:
+    """What the server can justify of clients' reports in this run (strategies/bounds.py)."""
+    max_batch = settings.batch_max if settings.batch_policy == "rate" else settings.batch_size
+    if settings.stream_rates == STREAM_OFF:
+        return Bounds(max_batch, math.inf, 0.0)
+    if settings.stream_rates in RATE_SETS:
+        spec = RATE_SETS[settings.stream_rates]
+        fastest = rate_range(spec.mean, spec.sd, spec.distribution)
+        slowest = RATE_FLOOR
+    else:
+        rates = parse_rate_list(settings.stream_rates)
+        fastest, slowest = max(rates), min(rates)
+    if settings.timing == "measured":
+        longest = settings.round_timeout_s  # a reply that waited longer missed the round
+    else:
+        longest = settings.local_steps * max_batch / slowest * 1.01  # arrival rounding
+    return Bounds(max_batch, fastest, longest)
 
 
 def relay(settings: Settings) -> Relay | None:

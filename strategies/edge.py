@@ -22,6 +22,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 from compress.base import Compressor
+from strategies.bounds import Bounds
 from strategies.collectives.base import (
     Aggregate,
     Collective,
@@ -99,6 +100,7 @@ class EdgeStrategy(FedAvg):
         policies: Policies,
         times: RoundTimes,
         ledger: Ledger,
+        bounds: Bounds,
         relay: Relay | None = None,
         min_clients: int = 0,
         round_timeout_s: float = 600.0,
@@ -119,6 +121,7 @@ class EdgeStrategy(FedAvg):
         self.policies = policies
         self.times = times
         self.ledger = ledger
+        self.bounds = bounds
         self.relay = relay
         self.replicas = Replicas()
         self.round_timeout_s = round_timeout_s
@@ -270,6 +273,8 @@ class EdgeStrategy(FedAvg):
                 reply = TrainReply.parse(msg.content, self.num_clients)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
+                relayed = 0 if self.relay is None else self.relay.relayed_to.get(node, 0)
+                self.bounds.check(reply, state.local_steps, relayed)
                 shared = self._shared(reply, state.plan.server_round)
                 self.policies.ratio.check(reply)
                 participant = Participant(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from wire.keys import INJECT_KEY
+from wire.keys import INJECT_KEY, SAMPLES_Y
 from wire.messages import Samples, with_samples
 from wire.nbytes import content_nbytes
 
@@ -69,16 +69,20 @@ class Relay:
     plan: InjectionPlan
     _pool: list[tuple[int, Samples]] = field(default_factory=list)  # (source partition, samples)
     stats: dict[str, Any] | None = None  # this round's counts, for the record
+    relayed_to: dict[int, int] = field(default_factory=dict)  # node -> samples this round
 
     def attach(self, messages: list[Message], partition_of: dict[int, int]) -> list[Message]:
         """Each message gets last round's shared samples from the others (then the pool empties)."""
         out, relayed_samples, relayed_bytes = [], 0, 0
+        self.relayed_to = {}
         for m in messages:
             record = self._record_for(partition_of.get(m.metadata.dst_node_id))
             if record is None:
                 out.append(m)
                 continue
-            relayed_samples += int(record["y"].numpy().size)
+            count = int(record[SAMPLES_Y].numpy().size)
+            self.relayed_to[m.metadata.dst_node_id] = count
+            relayed_samples += count
             relayed_bytes += content_nbytes(RecordDict({INJECT_KEY: record}))
             out.append(
                 Message(

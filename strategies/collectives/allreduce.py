@@ -12,6 +12,7 @@ from is the index policy:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
@@ -59,6 +60,7 @@ from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
 
 PENDING_KEY = "ef-pending"  # e, held between the training and the value phase
+CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -160,6 +162,7 @@ class Allreduce:
         self.choose_leader = LEADERS[leader]
         self.next_index_set = INDEX_POLICIES[index_policy]
         self._index_set: Indices | None = None  # for the next round (global policy)
+        self.caught: set[int] = set()  # nodes whose norm claim their values contradicted
 
     def round_index_set(self) -> Indices | None:
         return self._index_set
@@ -197,7 +200,8 @@ class Allreduce:
     def _leader_phases(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if not participants:
             return Aggregate([], None)
-        leader = self.choose_leader(plan.server_round, participants)
+        trusted = [p for p in participants if p.node_id not in self.caught] or participants
+        leader = self.choose_leader(plan.server_round, trusted)
         request = PhaseRequest(plan.server_round, plan.ratio).to_content()
         replies = yield Exchange(
             [Message(content=request, dst_node_id=leader.node_id, message_type=TRAIN_INDICES)],
@@ -214,7 +218,7 @@ class Allreduce:
             ],
         )
         accepted = self._values_replies(
-            plan, participants, index_set, content_nbytes(content), replies
+            plan, participants, index_set, content_nbytes(content), replies, leader
         )
         factor = shared_index_factor(accepted) if accepted else None
         return self._aggregate(plan, index_set, accepted, factor)
@@ -252,6 +256,7 @@ class Allreduce:
         index_set: Indices,
         bytes_down: int,
         replies: Replies,
+        leader: Participant,
     ) -> list[Participant]:
         """Participants whose values at I were accepted, by partition id; logs the phase."""
         by_node = {p.node_id: p for p in participants}
@@ -269,6 +274,8 @@ class Allreduce:
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
                 values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
+                if p is leader:
+                    self._check_claim(leader, values)
                 compress_s = compress_s_of(msg.content) or 0.0
                 measured = plan.measure(msg)
             except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
@@ -293,6 +300,18 @@ class Allreduce:
         )
         accepted.sort(key=lambda p: p.partition_id)
         return accepted
+
+    def _check_claim(self, leader: Participant, values: Vector) -> None:
+        """The leader sent its own Top-k: the energy of its values there is what it claimed
+        (up to the compressor's rounding). A leader caught lying leads no more."""
+        claimed = leader.reply.topk_norm2 or 0.0
+        sent = float(values.astype(np.float64) @ values)
+        if not math.isclose(sent, claimed, rel_tol=CLAIM_TOLERANCE, abs_tol=1e-12):
+            self.caught.add(leader.node_id)
+            raise ValueError(
+                f"topk-norm2 claimed {claimed:g}, but its values at its own indices have "
+                f"{sent:g}; it leads no more"
+            )
 
     @staticmethod
     def predict_star_s(

@@ -26,8 +26,8 @@ def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
 
 def _strategy(n: int) -> EdgeStrategy:
     layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    strategy: EdgeStrategy = make_strategy(
-        VirtualClock({i: PROFILE for i in range(n)}), layout, num_clients=n
+    strategy: EdgeStrategy = make_strategy(  # batches of up to 64: the replies claim 51
+        VirtualClock({i: PROFILE for i in range(n)}), layout, num_clients=n, batch_size=64
     )
     return strategy
 

@@ -1,0 +1,102 @@
+"""Numbers a client reports are held to bounds the server can justify."""
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+from flwr.app import Message
+
+import tests.strategies.test_topk_federation as federation
+from common.settings import settings_with
+from server.build import bounds
+from strategies.bounds import Bounds
+from tests.federation import InProcessGrid
+from tests.helpers import reply_message, train_reply
+from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
+from tests.strategies.test_topk_federation import _run, _settings
+from wire.messages import StreamReport, TrainReply
+
+BOUNDS = Bounds(max_batch=32, max_rate=100.0, max_wait_s=10.0)
+STREAM = StreamReport(rate=50.0, wait_s=1.0, buffer_samples=40, buffer_bytes=400, samples=32)
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (TrainReply(0, 10**12, 1.0), r"num-examples 1000000000000 exceeds 64 \(2 steps"),
+        (TrainReply(0, 64, 1.0, stream=StreamReport(1e300, 1, 1, 1, 32)), "stream-rate"),
+        (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1e300, 1, 1, 32)), "wait-s"),
+        (TrainReply(0, 32, 1.0, stream=StreamReport(50.0, 1.0, 1, 1, 33)), "stream-samples 33"),
+        (TrainReply(0, 8, 1.0, gains=[0.5, 0.4, 1.0]), "not non-decreasing"),
+        (TrainReply(0, 8, 1.0, gains=[0.5, 0.9]), "ends at 0.9"),
+    ],
+)
+def test_claims_outside_their_bounds_are_named(reply: TrainReply, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BOUNDS.check(reply, local_steps=2, relayed=0)
+
+
+def test_honest_claims_pass_and_relayed_samples_count() -> None:
+    BOUNDS.check(TrainReply(0, 64, 1.0, stream=STREAM, gains=[0.1, 0.5, 1.0]), 2, relayed=0)
+    BOUNDS.check(TrainReply(0, 64 + 2 * 7, 1.0), local_steps=2, relayed=7)
+
+
+def test_bounds_follow_the_settings() -> None:
+    s1 = bounds(settings_with(stream_rates="S1", batch_policy="rate", local_steps=2))
+    assert s1.max_batch == 1024 and s1.max_rate == pytest.approx(38 + math.sqrt(3) * 24)
+    assert s1.max_wait_s == pytest.approx(2 * 1024 / 8.0 * 1.01)  # the floor rate, 8/s
+    normal = bounds(settings_with(stream_rates="S1-normal"))
+    assert normal.max_batch == 32 and normal.max_rate == pytest.approx(64 + 6 * 24)
+    listed = bounds(settings_with(num_clients=3, stream_rates="5, 40, 300", timing="measured"))
+    assert listed.max_rate == 300.0 and listed.max_wait_s == 600.0  # the round timeout
+    assert bounds(settings_with()).max_rate == math.inf  # streams off
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_an_inflated_example_count_cannot_take_over_the_aggregate() -> None:
+    rng = np.random.default_rng(0)
+    global_arrays, good, bad = _record(rng), _record(rng, 0.1), _record(rng, 10.0)
+    strategy = _strategy(2)
+    _start_round(strategy, global_arrays, 2)
+    arrays, _ = strategy.aggregate_train(
+        1,
+        [
+            reply_message(train_reply(0, 5, update=good), 100),
+            reply_message(train_reply(1, 10**12, update=bad), 101),
+        ],
+    )
+    assert arrays is not None
+    for k in SHAPES:
+        expected = global_arrays[k].numpy() + good[k].numpy()
+        np.testing.assert_allclose(arrays[k].numpy(), expected, atol=1e-7)
+    assert "num-examples 1000000000000 exceeds" in strategy.stats[1].refused[0]
+
+
+class ClaimingGrid(InProcessGrid):
+    """Node 101 claims a huge ||TopK(e)||² in every training reply (VAR leadership)."""
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        replies = super().send_and_receive(messages, timeout=timeout)
+        for reply in replies:
+            metrics = reply.content.metric_records.get("metrics")
+            if reply.metadata.src_node_id == 101 and metrics and "topk-norm2" in metrics:
+                metrics["topk-norm2"] = 1e300
+        return replies
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_var_leader_caught_lying_leads_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(
+        strategy="topk", collective="allreduce", leader="var", compression_ratio=0.05
+    )
+    grid = ClaimingGrid(settings)
+    monkeypatch.setattr(federation, "InProcessGrid", lambda s: grid)
+    _, strategy, _ = _run(settings, rounds=3)
+    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert leaders[0] == 101 and 101 not in leaders[1:]
+    assert "it leads no more" in strategy.stats[1].refused[0]
+    assert strategy.stats[1].num_clients == 2  # the others' values at its indices
+    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 3
