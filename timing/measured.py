@@ -17,6 +17,9 @@ from timing.timed_grid import TimedGrid
 from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT, TRAIN_S
 from wire.tally import MeasuredTimes
 
+MAX_SKEW_S = 1.0  # largest clock offset accepted between a device and the server
+STAMP_SLACK_S = 0.01  # float rounding of wall-clock stamps
+
 
 def _stamp(reply: Message, key: str) -> float:
     value = reply.content.metric_records[METRICS_KEY].get(key)
@@ -42,6 +45,19 @@ def measured_times(reply: Message, grid: Grid | None) -> MeasuredTimes:
         train_s = _stamp(reply, TRAIN_S)
         if not 0.0 <= train_s <= replied - began:
             raise ValueError(f"{TRAIN_S} {train_s} is not within the busy time {replied - began}")
+    # Bounds from the server's own clock: the client's busy time fits in the round trip, and
+    # its clock is at most MAX_SKEW_S off (more is a device off NTP, or a forged stamp).
+    round_trip = trip.received_at - trip.sent_at
+    if replied - began > round_trip + STAMP_SLACK_S:
+        raise ValueError(
+            f"busy {replied - began:g} s is longer than the server's round trip {round_trip:g} s"
+        )
+    skew = min(began - trip.sent_at, trip.received_at - replied)
+    if skew < -MAX_SKEW_S:
+        raise ValueError(
+            f"stamps are {-skew:g} s off the server's clock (more than {MAX_SKEW_S:g} s): "
+            "keep the device on NTP"
+        )
     return MeasuredTimes(
         download_s=max(0.0, began - trip.sent_at),
         busy_s=replied - began,

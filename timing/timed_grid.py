@@ -72,8 +72,8 @@ class TimedGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
+        now = self._clock()  # when they leave: a push may take a while (or, in process, run them)
         ids = list(self._inner.push_messages(messages))
-        now = self._clock()
         for message_id, message in zip(ids, messages, strict=True):
             if message_id:  # Flower returns "" for a message it could not push
                 self._trips[message_id] = RoundTrip(message.metadata.dst_node_id, now, None)

@@ -35,11 +35,17 @@ def test_download_busy_upload_from_the_four_stamps() -> None:
     assert measured_times(_reply(**{RECEIVED_AT: 108.0, SENT_AT: 110.0}), grid).train_s == 0.0
 
 
-def test_clock_skew_is_clamped_but_never_makes_time() -> None:
-    # The client's clock runs 9 s ahead: upload would be negative, so it is 0.
+def test_small_clock_skew_is_clamped_large_skew_refused() -> None:
+    # The client's clock runs 0.5 s ahead and it replied 0.2 s before the server pulled:
+    # upload would be negative, so it is 0.
     grid = OneTripGrid(RoundTrip(7, sent_at=100.0, received_at=112.5))
-    got = measured_times(_reply(**{RECEIVED_AT: 117.0, SENT_AT: 119.0}), grid)
-    assert got.upload_s == 0.0 and got.download_s == 17.0 and got.busy_s == 2.0
+    got = measured_times(_reply(**{RECEIVED_AT: 110.5, SENT_AT: 112.8}), grid)
+    assert got.upload_s == 0.0 and got.download_s == 10.5 and got.busy_s == pytest.approx(2.3)
+    # 9 s ahead (or a forged stamp): refused, not charged.
+    with pytest.raises(ValueError, match="9.5 s off the server's clock"):
+        measured_times(_reply(**{RECEIVED_AT: 117.0, SENT_AT: 122.0}), grid)
+    with pytest.raises(ValueError, match="longer than the server's round trip"):
+        measured_times(_reply(**{RECEIVED_AT: 1e5, SENT_AT: 2e5}), grid)
 
 
 @pytest.mark.parametrize(
