@@ -38,6 +38,7 @@ TABLES = {
     "lr_scaling": "strategies.policies.lr:LR_SCALINGS",
     "partitioner": "common.data:PARTITIONERS",
     "model": "common.models:MODELS",
+    "robust": "server.build:ROBUST",
 }
 TIMINGS = ("modelled", "measured")
 
@@ -174,6 +175,16 @@ class Settings:
     injection_beta: float = _spec(
         minimum=0.0, maximum=1.0, doc="data injection: share of its batch a sharer sends"
     )
+    robust: str = _spec(table=True, doc="robust aggregation: none, clip, trimmed-mean or median")
+    robust_clip: float = _spec(
+        minimum=1.0, doc="robust = clip: the largest update norm, x the round's median norm"
+    )
+    robust_trim: float = _spec(
+        minimum=0.0,
+        maximum=0.5,
+        exclusive_maximum=True,
+        doc="robust = trimmed-mean: share of updates cut from each end, per coordinate",
+    )
     adaptive_delta: float = _spec(
         minimum=0.0,
         maximum=1.0,
@@ -219,6 +230,13 @@ class Settings:
             check_stream_rates(self.stream_rates, self.num_clients)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        coordinatewise = self.robust in ("trimmed-mean", "median")
+        if coordinatewise and self.strategy == "topk" and self.collective != "allreduce":
+            raise ConfigError(
+                f"robust = {self.robust!r} combines updates coordinate by coordinate, which needs "
+                "them at the same coordinates: strategy = 'dense' or collective = 'allreduce' "
+                f"(got collective = {self.collective!r}, whose index sets differ per client)"
+            )
         if self.cr_min >= self.cr_max:
             raise ConfigError(f"cr-min ({self.cr_min}) must be below cr-max ({self.cr_max})")
         if self.batch_min > self.batch_max:

@@ -18,6 +18,7 @@ from compress import COMPRESSORS
 from server.build import (
     AUTO,
     COLLECTIVE_OF_STRATEGY,
+    ROBUST,
     bounds,
     ratio_policy,
     relay,
@@ -93,6 +94,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
             collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
+            defence=ROBUST[settings.robust](settings),
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),

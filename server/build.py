@@ -16,7 +16,9 @@ from common.rates import RATE_FLOOR, RATE_SETS, STREAM_OFF, parse_rate_list
 from common.settings import Settings
 from strategies.bounds import Bounds, rate_range
 from strategies.collectives import COLLECTIVES
+from strategies.collectives.base import Defence
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
+from strategies.policies.robust import Clip, Median, NoDefence, TrimmedMean
 from strategies.relay import InjectionPlan, Relay
 from wire.keys import BATCH_SIZE, LEARNING_RATE, LOCAL_STEPS, SEED
 
@@ -62,6 +64,15 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     if settings.adaptive_delta > 0:
         return AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
     return CR_SCHEDULES[settings.cr_schedule](settings)
+
+
+# robust -> the defence (strategies/policies/robust.py)
+ROBUST: dict[str, Callable[[Settings], Defence]] = {
+    NoDefence.name: lambda s: NoDefence(),
+    Clip.name: lambda s: Clip(s.robust_clip),
+    TrimmedMean.name: lambda s: TrimmedMean(s.robust_trim),
+    Median.name: lambda s: Median(),
+}
 
 
 def bounds(settings: Settings) -> Bounds:

@@ -26,6 +26,7 @@ from strategies.bounds import Bounds
 from strategies.collectives.base import (
     Aggregate,
     Collective,
+    Defence,
     Participant,
     Phase,
     Program,
@@ -68,6 +69,7 @@ class Policies:
     collective: FixedCollective | AutoCollective
     weights: Weights
     learning_rates: LearningRates
+    defence: Defence
 
 
 @dataclass
@@ -182,6 +184,7 @@ class EdgeStrategy(FedAvg):
                 compressor=self.compressor,
                 index_set=collective.round_index_set(),
                 weights=self.policies.weights,
+                defence=self.policies.defence,
                 measure=self.ledger.measure,
                 log=RoundLog(),
             ),

@@ -27,7 +27,7 @@ from tests.federation import InProcessGrid
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Settings added since the records were made, at the defaults that keep the old behaviour.
-NEW_SETTINGS = {"compressor": "topk"}
+NEW_SETTINGS = {"compressor": "topk", "robust": "none", "robust-clip": 3.0, "robust-trim": 0.2}
 RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
 
 SMALL = "num-clients=4 num-server-rounds=4 seed=3"

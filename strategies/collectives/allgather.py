@@ -57,7 +57,7 @@ class Allgather:
             return finished(Aggregate([], None))
         union, values = scatter_add(
             [s.indices for s in sparses],
-            [s.values for s in sparses],
+            plan.defence.sparse_values([s.values for s in sparses]),
             plan.weights(participants),
             plan.size,
         )

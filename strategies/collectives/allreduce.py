@@ -38,7 +38,6 @@ from strategies.collectives.base import (
     finished,
 )
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
-from strategies.collectives.maths import weighted_average
 from wire.codec import (
     PayloadError,
     Sparse,
@@ -191,7 +190,7 @@ class Allreduce:
         values = [p.contribution for p in participants]
         update = Sparse(
             index_set,
-            weighted_average(values, plan.weights(participants)),  # type: ignore[arg-type]
+            plan.defence.combine(values, plan.weights(participants)),  # type: ignore[arg-type]
             plan.size,
         )
         self._index_set = self.next_index_set(update, plan.k)

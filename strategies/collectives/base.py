@@ -107,6 +107,16 @@ class Participant:
 
 
 Weights = Callable[[Sequence[Participant]], list[float]]
+
+
+class Defence(Protocol):
+    """Robust aggregation (strategies/policies/robust.py): how contributions combine."""
+
+    def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector: ...
+
+    def sparse_values(self, values: Sequence[Vector]) -> Sequence[Vector]: ...
+
+
 Measure = Callable[[Message], MeasuredTimes | None]
 
 
@@ -167,6 +177,7 @@ class RoundPlan:
     compressor: Compressor
     index_set: Indices | None  # Allreduce with the global index policy: sent with the round
     weights: Weights  # aggregation weights of participants
+    defence: Defence  # how contributions combine (robust aggregation)
     measure: Measure  # measured times of a reply (None under modelled timing)
     log: RoundLog
 

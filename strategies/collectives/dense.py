@@ -25,7 +25,6 @@ from strategies.collectives.base import (
     Vector,
     finished,
 )
-from strategies.collectives.maths import weighted_average
 from wire.keys import ARRAYS_KEY
 from wire.messages import TrainReply
 
@@ -57,5 +56,5 @@ class Dense:
         if not participants:
             return finished(Aggregate([], None))
         updates = [p.contribution for p in participants]
-        average = weighted_average(updates, plan.weights(participants))  # type: ignore[arg-type]
-        return finished(Aggregate(participants, DenseUpdate(average)))
+        combined = plan.defence.combine(updates, plan.weights(participants))  # type: ignore[arg-type]
+        return finished(Aggregate(participants, DenseUpdate(combined)))
