@@ -36,6 +36,7 @@ from strategies.collectives.base import (
     Vector,
     Weights,
 )
+from strategies.identity import Identities
 from strategies.ledger import Ledger, RoundStats, own_samples
 from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
@@ -127,7 +128,7 @@ class EdgeStrategy(FedAvg):
         self.relay = relay
         self.replicas = Replicas()
         self.round_timeout_s = round_timeout_s
-        self.partition_of: dict[int, int] = {}  # node id -> partition id, from accepted replies
+        self.identities = Identities()  # which node speaks for which partition
         self.stats: dict[int, RoundStats] = {}
         self.current: RoundState | None = None
 
@@ -163,7 +164,7 @@ class EdgeStrategy(FedAvg):
             Message(content=contents[node], message_type=TRAIN, dst_node_id=node) for node in nodes
         ]
         if self.relay is not None:
-            messages = self.relay.attach(messages, self.partition_of)
+            messages = self.relay.attach(messages, self.identities.partition_of)
         k = topk_count(self.layout.size, ratio)
         self.current = RoundState(
             server_round=server_round,
@@ -268,12 +269,14 @@ class EdgeStrategy(FedAvg):
     def _accept_training(self, replies: list[Message], state: RoundState) -> list[Participant]:
         """Training replies that pass every check, by partition id; logs the training phase."""
         plan, accepted, seen = state.plan, [], set()
+        claims = Identities.claims(m for m in replies if not m.has_error())
         for msg in replies:
             node = msg.metadata.src_node_id
             try:
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
                 reply = TrainReply.parse(msg.content, self.num_clients)
+                self.identities.check(node, reply.partition_id, claims, state.bytes_down)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
                 relayed = 0 if self.relay is None else self.relay.relayed_to.get(node, 0)
@@ -293,7 +296,7 @@ class EdgeStrategy(FedAvg):
                 plan.log.refuse(node, TRAIN_PHASE if state.collective.compressed else None, exc)
                 continue
             seen.add(reply.partition_id)
-            self.partition_of[node] = reply.partition_id
+            self.identities.bind(node, reply.partition_id)
             if shared is not None:
                 self._keep_shared(reply, shared)
             accepted.append(participant)
@@ -344,7 +347,7 @@ class EdgeStrategy(FedAvg):
             reasons[node] = f"error reply ({m.error.reason})" if m.has_error() else "reply refused"
         ok = {p.node_id for p in accepted}
         for node in sorted(set(state.bytes_down) - ok):
-            partition = self.partition_of.get(node)
+            partition = self.identities.partition_of.get(node)
             who = f"node {node}" + (f" (partition {partition})" if partition is not None else "")
             state.plan.log.failed.append(
                 f"{who}: {reasons.get(node, 'no reply before the round timeout')}"

@@ -329,6 +329,8 @@ class StreamReport:
             missing = sorted(set(STREAM_METRICS) - set(present))
             raise ValueError(f"stream metrics incomplete: {', '.join(missing)} missing")
         rate, wait = metrics[STREAM_RATE], metrics[WAIT_S]
+        if isinstance(rate, bool) or isinstance(wait, bool):
+            raise ValueError(f"{STREAM_RATE} and {WAIT_S} must be numbers, not booleans")
         if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
             raise ValueError(f"{STREAM_RATE} {rate!r} is not a finite number > 0")
         if not isinstance(wait, int | float) or not math.isfinite(wait) or wait < 0:
@@ -450,6 +452,8 @@ class TrainReply:
             if key not in metrics:
                 raise ValueError(f"metric {key!r} missing")
         partition_id, num_examples = metrics[PARTITION_ID], metrics[NUM_EXAMPLES]
+        if isinstance(partition_id, bool) or isinstance(num_examples, bool):
+            raise ValueError("partition-id and num-examples must be integers, not booleans")
         if not isinstance(partition_id, int) or not 0 <= partition_id < num_clients:
             raise ValueError(
                 f"partition-id {partition_id!r} is not an integer in 0..{num_clients - 1}"
@@ -457,7 +461,7 @@ class TrainReply:
         if not isinstance(num_examples, int) or num_examples <= 0:
             raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
         loss = metrics[TRAIN_LOSS]
-        if not isinstance(loss, int | float) or not math.isfinite(loss):
+        if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
             raise ValueError(f"train-loss {loss!r} is not a finite number")
         arrays = content.array_records
         return cls(

