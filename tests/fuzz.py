@@ -32,7 +32,7 @@ from common.params import model_to_vector
 from common.settings import Settings, settings_with
 from server.app import build_strategy
 from server.build import train_config_record
-from tests.federation import InProcessGrid
+from scripts.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.layout import Layout

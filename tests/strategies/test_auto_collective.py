@@ -12,7 +12,7 @@ from server.build import train_config_record
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce, shared_index_factor
 from strategies.collectives.base import Participant
-from tests.federation import InProcessGrid
+from scripts.in_process import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile

@@ -94,7 +94,7 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     from common.params import model_to_vector
     from server.app import build_strategy
     from server.build import train_config_record
-    from tests.federation import InProcessGrid
+    from scripts.in_process import InProcessGrid
     from tests.strategies.test_topk_federation import _settings
     from wire.layout import Layout
 

@@ -13,7 +13,7 @@ from server.build import train_config_record
 from strategies.collectives.allreduce import LEADERS
 from strategies.collectives.base import Participant
 from strategies.edge import EdgeStrategy
-from tests.federation import InProcessGrid
+from scripts.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import index_nbytes, topk_count

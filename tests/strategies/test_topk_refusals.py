@@ -13,7 +13,7 @@ from compress.base import load_vector
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allreduce import PENDING_KEY
-from tests.federation import InProcessGrid
+from scripts.in_process import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile

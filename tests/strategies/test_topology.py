@@ -9,7 +9,7 @@ from common.params import model_to_vector
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
-from tests.federation import InProcessGrid
+from scripts.in_process import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile

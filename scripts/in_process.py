@@ -64,7 +64,7 @@ class InProcessGrid:
             self.sent.append((msg.metadata.message_type, node))
             if node in self.fail_nodes:
                 continue  # a node that dropped out: no reply
-            incoming = Message(content=_wire_copy(msg.content), metadata=msg.metadata)
+            incoming = Message(content=_wire_copy(msg.content), metadata=msg.metadata)  # type: ignore[call-overload]
             reply = client_app.app(incoming, self.contexts[node])  # routed, with its mods
-            replies.append(Message(content=_wire_copy(reply.content), metadata=reply.metadata))
+            replies.append(Message(content=_wire_copy(reply.content), metadata=reply.metadata))  # type: ignore[call-overload]
         return replies

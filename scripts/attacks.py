@@ -1,0 +1,221 @@
+"""One hostile client against each defence: final accuracy under attack and clean.
+
+Each run is the real ServerApp and ClientApps in process (``scripts.in_process``), 10 clients,
+150 rounds; the attacker is partition 0 (node 100), whose replies are rewritten on the way
+to the server:
+- ``scale``: its update x 1e6, every round;
+- ``huge-once``: its update's values set to 1e30, in round 10;
+- ``flip``: its update x −10 (sign-flipped), every round;
+- ``examples``: num-examples 10**12, every round;
+- ``var-claim``: ||TopK(e)||² claimed 1e300 (VAR leader), every round;
+- ``inject``: injected samples with features 1e30, every round.
+
+    .venv/bin/python -m scripts.attacks --out /tmp/attacks             # all runs, two at a time
+    .venv/bin/python -m scripts.attacks --out /tmp/attacks --table     # the table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+
+from common.settings import Settings
+from scripts.in_process import InProcessGrid
+from scripts.run_simulation import parse_overrides, resolve_settings
+from wire.codec import raw_array
+from wire.keys import ARRAYS_KEY, INJECT_KEY, METRICS_KEY, NUM_EXAMPLES, SPARSE_KEY, TOPK_NORM2
+from wire.keys import VALUES as VALUES_ARRAY
+from wire.messages import Samples
+
+ATTACKER = 100
+COMMON = "num-clients=10 num-server-rounds=150"
+MODES = {
+    "dense": "",
+    "allgather": "strategy=topk collective=allgather compression-ratio=0.01",
+    "allreduce-var": "strategy=topk collective=allreduce leader=var compression-ratio=0.01",
+    "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
+}
+DEFENCES = {
+    "dense": ("none", "clip", "trimmed-mean", "median"),
+    "allgather": ("none", "clip"),
+    "allreduce-var": ("none", "clip", "median"),
+    "dense-injection": ("none", "clip"),
+}
+ATTACKS_OF_MODE = {
+    "dense": ("scale", "huge-once", "flip", "examples"),
+    "allgather": ("scale", "huge-once", "flip", "examples"),
+    "allreduce-var": ("var-claim",),
+    "dense-injection": ("inject",),
+}
+
+
+def _scaled(content: RecordDict, factor: float | None, value: float | None = None) -> RecordDict:
+    """The update times ``factor`` (or every value set to ``value``), dense or sparse."""
+    out = RecordDict(dict(content.items()))
+    if ARRAYS_KEY in content.array_records:
+        record = content.array_records[ARRAYS_KEY]
+        out[ARRAYS_KEY] = ArrayRecord(
+            {
+                name: Array(_change(array.numpy(), factor, value).astype(np.float32))
+                for name, array in record.items()
+            }
+        )
+    if SPARSE_KEY in content.array_records:
+        record = ArrayRecord(dict(content.array_records[SPARSE_KEY].items()))
+        if VALUES_ARRAY in record:
+            values = np.frombuffer(record[VALUES_ARRAY].data, "<f4")
+            record[VALUES_ARRAY] = raw_array(_change(values, factor, value).astype("<f4"))
+        out[SPARSE_KEY] = record
+    return out
+
+
+def _change(x: np.ndarray, factor: float | None, value: float | None) -> np.ndarray:
+    return np.full_like(x, value) if value is not None else x * factor
+
+
+def _metric(key: str, value: float) -> Callable[[RecordDict, int], RecordDict]:
+    def rewrite(content: RecordDict, server_round: int) -> RecordDict:
+        if METRICS_KEY in content.metric_records and key in content.metric_records[METRICS_KEY]:
+            content.metric_records[METRICS_KEY][key] = value
+        return content
+
+    return rewrite
+
+
+def _inject(content: RecordDict, server_round: int) -> RecordDict:
+    x = np.full((4, 64), 1e30, dtype=np.float32)
+    out = RecordDict(dict(content.items()))
+    out[INJECT_KEY] = Samples(x, np.arange(4, dtype=np.int64)).to_record()
+    return out
+
+
+ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
+    "scale": lambda c, r: _scaled(c, 1e6),
+    "huge-once": lambda c, r: _scaled(c, None, 1e30) if r == 10 else c,
+    "flip": lambda c, r: _scaled(c, -10.0),
+    "examples": _metric(NUM_EXAMPLES, 10**12),
+    "var-claim": _metric(TOPK_NORM2, 1e300),
+    "inject": _inject,
+}
+
+
+class AttackGrid(InProcessGrid):
+    """The in-process federation with node 100's training replies rewritten by ``attack``."""
+
+    def __init__(self, settings: Settings, attack: str | None) -> None:
+        super().__init__(settings)
+        self.attack = None if attack is None else ATTACKS[attack]
+        self.round = 0
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        messages = list(messages)
+        train = bool(messages) and messages[0].metadata.message_type == "train"
+        self.round += train
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if self.attack is None or not train:
+            return replies
+        return [
+            Message(content=self.attack(r.content, self.round), metadata=r.metadata)  # type: ignore[call-overload]
+            if r.metadata.src_node_id == ATTACKER and not r.has_error()
+            else r
+            for r in replies
+        ]
+
+
+def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
+    """One (mode, attack or None, defence, seed) run; its final and best accuracy."""
+    mode, attack, defence, seed, out = job
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from server import app as server_app
+
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    results = Path(out) / f"{mode}-{attack or 'clean'}-{defence}-{seed}"
+    text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"
+    if not (results / "summary.json").exists():
+        settings = resolve_settings(parse_overrides(text))
+        context = Context(
+            run_id=1,
+            node_id=0,
+            node_config={},
+            state=RecordDict(),
+            run_config=settings.to_run_config(),
+        )
+        server_app.main(AttackGrid(settings, attack), context)  # type: ignore[arg-type]
+    summary = json.loads((results / "summary.json").read_text())
+    return {
+        "mode": mode,
+        "attack": attack or "clean",
+        "defence": defence,
+        "seed": seed,
+        "final": summary["final_accuracy"],
+        "best": summary["best_accuracy"],
+    }
+
+
+def jobs(out: str, seeds: list[int]) -> list[tuple[str, str | None, str, int, str]]:
+    return [
+        (mode, attack, defence, seed, out)
+        for mode, defences in DEFENCES.items()
+        for attack in (None, *ATTACKS_OF_MODE[mode])
+        for defence in defences
+        for seed in seeds
+    ]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Final accuracy, mean over seeds, per (mode, attack) and defence."""
+    defences = ("none", "clip", "trimmed-mean", "median")
+    lines = [
+        "| mode | attack | " + " | ".join(f"robust = {d}" for d in defences) + " |",
+        "|---" * (len(defences) + 2) + "|",
+    ]
+    keys = sorted({(r["mode"], r["attack"]) for r in rows}, key=lambda k: (k[0], k[1] != "clean"))
+    for mode, attack in keys:
+        cells = []
+        for defence in defences:
+            finals = [
+                r["final"]
+                for r in rows
+                if (r["mode"], r["attack"], r["defence"]) == (mode, attack, defence)
+            ]
+            cells.append(f"{np.mean(finals):.4f}" if finals else "")
+        lines.append(f"| {mode} | {attack} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 7])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--table", action="store_true", help="only the table of finished runs")
+    args = parser.parse_args()
+    todo = jobs(args.out, args.seeds)
+    if args.table:
+        rows = [run_one(j) for j in todo if _done(j)]
+    else:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            rows = list(pool.map(run_one, todo))
+    print(table(rows))
+    (Path(args.out) / "attacks.json").write_text(json.dumps(rows, indent=1))
+
+
+def _done(job: tuple[str, str | None, str, int, str]) -> bool:
+    mode, attack, defence, seed, out = job
+    return (Path(out) / f"{mode}-{attack or 'clean'}-{defence}-{seed}" / "summary.json").exists()
+
+
+if __name__ == "__main__":
+    main()
