@@ -120,7 +120,8 @@ class AttackGrid(InProcessGrid):
     ) -> list[Message]:
         messages = list(messages)
         train = bool(messages) and messages[0].metadata.message_type == "train"
-        self.round += train
+        if train:  # the ServerApp's timed grid pushes one message at a time: read the round
+            self.round = int(messages[0].content.config_records["config"]["server-round"])  # type: ignore[arg-type]
         replies = super().send_and_receive(messages, timeout=timeout)
         if self.attack is None or not train:
             return replies
