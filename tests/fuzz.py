@@ -30,9 +30,9 @@ from common.data import DIGITS_SPEC, client_partition
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import Settings, settings_with
+from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
-from scripts.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.layout import Layout

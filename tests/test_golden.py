@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from flwr.app import Context, RecordDict
 
+from scripts.in_process import InProcessGrid
 from scripts.run_simulation import parse_overrides, resolve_settings
 from server import app as server_app
 from server.records import WALL_CLOCK_FIELDS, read_rounds
-from scripts.in_process import InProcessGrid
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Settings added since the records were made, at the defaults that keep the old behaviour.

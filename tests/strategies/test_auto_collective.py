@@ -7,12 +7,12 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT
+from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce, shared_index_factor
 from strategies.collectives.base import Participant
-from scripts.in_process import InProcessGrid
 from tests.strategies.test_topk_federation import _settings
 from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile

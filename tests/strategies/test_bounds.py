@@ -9,9 +9,9 @@ from flwr.app import Message
 
 import tests.strategies.test_topk_federation as federation
 from common.settings import settings_with
+from scripts.in_process import InProcessGrid
 from server.build import bounds
 from strategies.bounds import Bounds
-from scripts.in_process import InProcessGrid
 from tests.helpers import reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
