@@ -91,7 +91,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
     results = tmp_path / "run"
     overrides = run_federation.deployment_overrides(
         parse_overrides(
-            "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=6 seed=5 "
+            "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=5 seed=5 "
             f"min-clients=2 round-timeout-s=30 results-dir={results}"
         )
     )
@@ -108,7 +108,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
         runner.join(RUN_TIMEOUT_S)
     assert codes == [0], (results / "superlink.log").read_text()[-3000:]
     rows = read_rounds(results)
-    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[0]["num_clients"] == 3 and rows[0]["failed"] == []
     # Round 2 went on with the other two (weights renormalised over them); the loss is recorded.
     assert rows[1]["num_clients"] == 2

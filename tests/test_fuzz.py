@@ -10,7 +10,7 @@ KNOWN = "it leads no more"  # a VAR leader's inflated claim: caught, but it chos
 
 @pytest.mark.usefixtures("task_identity")
 def test_fuzzed_replies_never_crash_and_are_refused_or_harmless() -> None:
-    counts, wrong = fuzz(cases=12 * len(PHASES), seed=1)
+    counts, wrong = fuzz(cases=6 * len(PHASES), seed=1)
     assert all(c["crashed"] == 0 for c in counts.values()), counts
     assert all(KNOWN in case for case in wrong), wrong
-    assert sum(c["refused"] for c in counts.values()) >= 6 * len(PHASES)  # mostly refusals
+    assert sum(c["refused"] for c in counts.values()) >= 3 * len(PHASES)  # mostly refusals
