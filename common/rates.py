@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 RATE_FLOOR = 8.0  # samples/s: the smallest rate-sized batch (batch-min) arrives within 1 s
+NORMAL_SPREAD = 6.0  # sd above the mean of a normal set taken as its largest: once in 10**9
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,23 @@ def client_rate(
     spec = RATE_SETS[value]
     rng = np.random.default_rng([seed, 0x5CAD, partition_id, server_round])
     if spec.distribution == "uniform":
-        half_width = math.sqrt(3.0) * spec.sd
+        half_width = _half_width(spec)
         draw = rng.uniform(spec.mean - half_width, spec.mean + half_width)
     else:
         draw = rng.normal(spec.mean, spec.sd)
     return max(RATE_FLOOR, float(draw))
+
+
+def _half_width(spec: RateSet) -> float:
+    """A uniform set's half width: mean ± √3·sd has standard deviation sd."""
+    return math.sqrt(3.0) * spec.sd
+
+
+def rate_span(value: str, num_clients: int) -> tuple[float, float]:
+    """The slowest and the fastest rate ``client_rate`` can give for ``value`` (streams on)."""
+    if value not in RATE_SETS:
+        rates = parse_rate_list(value)
+        return min(rates), max(rates)
+    spec = RATE_SETS[value]
+    spread = _half_width(spec) if spec.distribution == "uniform" else NORMAL_SPREAD * spec.sd
+    return RATE_FLOOR, max(RATE_FLOOR, spec.mean + spread)

@@ -135,14 +135,14 @@ class AttackGrid(InProcessGrid):
 
 def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     """One (mode, attack or None, defence, seed) run; its final and best accuracy."""
-    mode, attack, defence, seed, out = job
+    mode, attack, defence, seed, _ = job
     from flwr.supercore.task_identity import TaskIdentity
 
     from server import app as server_app
 
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
     logging.getLogger("flwr").setLevel(logging.ERROR)
-    results = Path(out) / f"{mode}-{attack or 'clean'}-{defence}-{seed}"
+    results = _results(job)
     text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"
     if not (results / "summary.json").exists():
         settings = resolve_settings(parse_overrides(text))
@@ -213,9 +213,13 @@ def main() -> None:
     (Path(args.out) / "attacks.json").write_text(json.dumps(rows, indent=1))
 
 
-def _done(job: tuple[str, str | None, str, int, str]) -> bool:
+def _results(job: tuple[str, str | None, str, int, str]) -> Path:
     mode, attack, defence, seed, out = job
-    return (Path(out) / f"{mode}-{attack or 'clean'}-{defence}-{seed}" / "summary.json").exists()
+    return Path(out) / f"{mode}-{attack or 'clean'}-{defence}-{seed}"
+
+
+def _done(job: tuple[str, str | None, str, int, str]) -> bool:
+    return (_results(job) / "summary.json").exists()
 
 
 if __name__ == "__main__":

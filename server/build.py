@@ -12,9 +12,9 @@ from collections.abc import Callable
 from flwr.app import ConfigRecord
 
 from common.data import data_spec, server_test_split
-from common.rates import RATE_FLOOR, RATE_SETS, STREAM_OFF, parse_rate_list
+from common.rates import STREAM_OFF, rate_span
 from common.settings import Settings
-from strategies.bounds import Bounds, rate_range
+from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
@@ -80,13 +80,7 @@ def bounds(settings: Settings) -> Bounds:
     max_batch = settings.batch_max if settings.batch_policy == "rate" else settings.batch_size
     if settings.stream_rates == STREAM_OFF:
         return Bounds(max_batch, math.inf, 0.0)
-    if settings.stream_rates in RATE_SETS:
-        spec = RATE_SETS[settings.stream_rates]
-        fastest = rate_range(spec.mean, spec.sd, spec.distribution)
-        slowest = RATE_FLOOR
-    else:
-        rates = parse_rate_list(settings.stream_rates)
-        fastest, slowest = max(rates), min(rates)
+    slowest, fastest = rate_span(settings.stream_rates, settings.num_clients)
     if settings.timing == "measured":
         longest = settings.round_timeout_s  # a reply that waited longer missed the round
     else:

@@ -3,9 +3,8 @@
 From the run's settings (and what the server itself sent), never from the client:
 - num-examples: local steps × (the largest batch a policy draws + the samples relayed to it);
 - stream-samples: at most num-examples and local steps × the largest batch;
-- stream-rate: at most the largest rate the run's rate set gives (a uniform set's upper end, a
-  normal set's mean + 6 sd, an explicit list's largest); a device configured above that is
-  refused (the server cannot tell it from a lie);
+- stream-rate: at most the largest rate the run's rate set gives (``common.rates.rate_span``);
+  a device configured above that is refused (the server cannot tell it from a lie);
 - wait-s: local steps × the largest batch at the slowest rate the set gives (modelled), or the
   round timeout (measured: a reply that waited longer would have missed the round);
 - gain-grid: non-decreasing in c, 1 at c = 1 (it is a cumulative share of energy).
@@ -14,13 +13,10 @@ A reply outside a bound is refused with what it claimed and the bound.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from wire.codec import short
 from wire.messages import TrainReply
-
-NORMAL_SPREAD = 6.0  # sd above the mean of a normal rate set: drawn once in 10**9
 
 
 @dataclass(frozen=True)
@@ -56,9 +52,3 @@ class Bounds:
                 raise ValueError(f"gain-grid {short(gains)} is not non-decreasing in c")
             if gains and gains[-1] < 1.0 - 1e-6:
                 raise ValueError(f"gain-grid ends at {gains[-1]:g}, not 1 (c = 1 keeps all)")
-
-
-def rate_range(spec_mean: float, spec_sd: float, distribution: str) -> float:
-    """The largest rate a named set draws."""
-    spread = math.sqrt(3.0) if distribution == "uniform" else NORMAL_SPREAD
-    return spec_mean + spread * spec_sd
