@@ -175,9 +175,12 @@ class Settings:
     injection_beta: float = _spec(
         minimum=0.0, maximum=1.0, doc="data injection: share of its batch a sharer sends"
     )
-    robust: str = _spec(table=True, doc="robust aggregation: none, clip, trimmed-mean or median")
+    robust: str = _spec(
+        table=True, doc="robust aggregation: none, clip, clip-screen, trimmed-mean or median"
+    )
     robust_clip: float = _spec(
-        minimum=1.0, doc="robust = clip: the largest update norm, x the round's median norm"
+        minimum=1.0,
+        doc="robust = clip, clip-screen: the largest update norm, x the round's median norm",
     )
     robust_trim: float = _spec(
         minimum=0.0,

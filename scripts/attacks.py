@@ -31,7 +31,16 @@ from common.settings import Settings
 from scripts.in_process import InProcessGrid
 from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.codec import raw_array
-from wire.keys import ARRAYS_KEY, INJECT_KEY, METRICS_KEY, NUM_EXAMPLES, SPARSE_KEY, TOPK_NORM2
+from wire.keys import (
+    ARRAYS_KEY,
+    INJECT_KEY,
+    METRICS_KEY,
+    NUM_EXAMPLES,
+    SPARSE_KEY,
+    TOPK_NORM2,
+    TRAIN,
+    TRAIN_VALUES,
+)
 from wire.keys import VALUES as VALUES_ARRAY
 from wire.messages import Samples
 
@@ -44,10 +53,10 @@ MODES = {
     "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
 }
 DEFENCES = {
-    "dense": ("none", "clip", "trimmed-mean", "median"),
-    "allgather": ("none", "clip"),
-    "allreduce-var": ("none", "clip", "median"),
-    "dense-injection": ("none", "clip"),
+    "dense": ("none", "clip", "clip-screen", "trimmed-mean", "median"),
+    "allgather": ("none", "clip", "clip-screen"),
+    "allreduce-var": ("none", "clip", "clip-screen", "median"),
+    "dense-injection": ("none", "clip", "clip-screen"),
 }
 ATTACKS_OF_MODE = {
     "dense": ("scale", "huge-once", "flip", "examples"),
@@ -106,6 +115,8 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "inject": _inject,
 }
 
+UPDATE_ATTACKS = {"scale", "huge-once", "flip"}
+
 
 class AttackGrid(InProcessGrid):
     """The in-process federation with node 100's training replies rewritten by ``attack``."""
@@ -113,17 +124,19 @@ class AttackGrid(InProcessGrid):
     def __init__(self, settings: Settings, attack: str | None) -> None:
         super().__init__(settings)
         self.attack = None if attack is None else ATTACKS[attack]
+        # Allreduce's values come in their own phase: an update attack rewrites those too.
+        self.rewrites = {TRAIN, TRAIN_VALUES} if attack in UPDATE_ATTACKS else {TRAIN}
         self.round = 0
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:
         messages = list(messages)
-        train = bool(messages) and messages[0].metadata.message_type == "train"
-        if train:  # the ServerApp's timed grid pushes one message at a time: read the round
+        kind = messages[0].metadata.message_type if messages else None
+        if kind == TRAIN:  # the ServerApp's timed grid pushes one message at a time: read the round
             self.round = int(messages[0].content.config_records["config"]["server-round"])  # type: ignore[arg-type]
         replies = super().send_and_receive(messages, timeout=timeout)
-        if self.attack is None or not train:
+        if self.attack is None or kind not in self.rewrites:
             return replies
         return [
             Message(content=self.attack(r.content, self.round), metadata=r.metadata)  # type: ignore[call-overload]
@@ -177,7 +190,7 @@ def jobs(out: str, seeds: list[int]) -> list[tuple[str, str | None, str, int, st
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Final accuracy, mean over seeds, per (mode, attack) and defence."""
-    defences = ("none", "clip", "trimmed-mean", "median")
+    defences = ("none", "clip", "clip-screen", "trimmed-mean", "median")
     lines = [
         "| mode | attack | " + " | ".join(f"robust = {d}" for d in defences) + " |",
         "|---" * (len(defences) + 2) + "|",

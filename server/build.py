@@ -18,7 +18,7 @@ from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
-from strategies.policies.robust import Clip, Median, NoDefence, TrimmedMean
+from strategies.policies.robust import Clip, ClipScreen, Median, NoDefence, TrimmedMean
 from strategies.relay import InjectionPlan, Relay
 from wire.keys import BATCH_SIZE, LEARNING_RATE, LOCAL_STEPS, SEED
 
@@ -70,6 +70,7 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
 ROBUST: dict[str, Callable[[Settings], Defence]] = {
     NoDefence.name: lambda s: NoDefence(),
     Clip.name: lambda s: Clip(s.robust_clip),
+    ClipScreen.name: lambda s: ClipScreen(s.robust_clip),
     TrimmedMean.name: lambda s: TrimmedMean(s.robust_trim),
     Median.name: lambda s: Median(),
 }

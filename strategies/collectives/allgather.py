@@ -23,6 +23,7 @@ from strategies.collectives.base import (
     Program,
     RoundPlan,
     finished,
+    screened,
 )
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
 from strategies.collectives.maths import scatter_add
@@ -52,6 +53,7 @@ class Allgather:
         return None
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        participants = screened(plan, participants, None)
         sparses = [p.contribution for p in participants if isinstance(p.contribution, Sparse)]
         if not sparses:
             return finished(Aggregate([], None))

@@ -36,6 +36,7 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
     finished,
+    screened,
 )
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
 from wire.codec import (
@@ -60,6 +61,10 @@ from wire.tally import ClientWork
 
 PENDING_KEY = "ef-pending"  # e, held between the training and the value phase
 CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
+# Clients train one model at one learning rate on batches from one data set: their Top-k
+# energies differ by a few times (at most 5.6x the median of the others' in the honest runs of
+# scripts/claim_spread.py, non-IID and rate-sized batches among them), never by a hundred.
+CLAIM_SPREAD = 100.0
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -132,6 +137,22 @@ INDEX_POLICIES: dict[str, Callable[[Sparse, int], Indices | None]] = {
 }
 
 
+def implausible_claims(participants: Sequence[Participant]) -> dict[int, str]:
+    """Node id -> why its ||TopK(e)||² claim is refused: more than ``CLAIM_SPREAD`` x the median
+    of the others' claims (a claim the server can only check after it has led a round)."""
+    claims = [p.reply.topk_norm2 or 0.0 for p in participants]
+    reasons = {}
+    for i, p in enumerate(participants):
+        others = claims[:i] + claims[i + 1 :]
+        typical = float(np.median(others)) if others else 0.0
+        if typical > 0.0 and claims[i] > CLAIM_SPREAD * typical:
+            reasons[p.node_id] = (
+                f"topk-norm2 {claims[i]:g} exceeds {CLAIM_SPREAD:g} x the median of the "
+                f"others' claims ({typical:g})"
+            )
+    return reasons
+
+
 def shared_index_factor(participants: Sequence[Participant]) -> float:
     """Mean over clients (by examples) of ||e[I]||² / ||TopK(e)||²: how much of its own Top-k
     energy a client sent at the leader's indices (1 for the leader)."""
@@ -175,7 +196,8 @@ class Allreduce:
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if plan.index_set is not None:
-            return finished(self._aggregate(plan, plan.index_set, participants))
+            kept = screened(plan, participants, None)
+            return finished(self._aggregate(plan, plan.index_set, kept))
         return self._leader_phases(plan, participants)
 
     def _aggregate(
@@ -197,6 +219,10 @@ class Allreduce:
         return Aggregate(participants, update, factor)
 
     def _leader_phases(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        implausible = implausible_claims(participants)
+        for node, reason in implausible.items():
+            plan.log.refuse(node, None, reason)
+        participants = [p for p in participants if p.node_id not in implausible]
         if not participants:
             return Aggregate([], None)
         trusted = [p for p in participants if p.node_id not in self.caught] or participants
@@ -219,6 +245,7 @@ class Allreduce:
         accepted = self._values_replies(
             plan, participants, index_set, content_nbytes(content), replies, leader
         )
+        accepted = screened(plan, accepted, VALUES_ACTION)
         factor = shared_index_factor(accepted) if accepted else None
         return self._aggregate(plan, index_set, accepted, factor)
 

@@ -112,6 +112,11 @@ Weights = Callable[[Sequence[Participant]], list[float]]
 class Defence(Protocol):
     """Robust aggregation (strategies/policies/robust.py): how contributions combine."""
 
+    @property
+    def screens(self) -> bool: ...
+
+    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]: ...
+
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector: ...
 
     def sparse_values(self, values: Sequence[Vector]) -> Sequence[Vector]: ...
@@ -190,6 +195,23 @@ class Aggregate:
 
 
 Program = Generator[Exchange, Replies, Aggregate]
+
+
+def screened(
+    plan: RoundPlan, participants: list[Participant], phase: str | None
+) -> list[Participant]:
+    """The participants whose contributions the defence keeps; the rest refused in the log."""
+    if not plan.defence.screens or not participants:
+        return participants
+    vectors = [
+        p.contribution.dense() if isinstance(p.contribution, Sparse) else p.contribution
+        for p in participants
+    ]
+    reasons = plan.defence.screen([p.node_id for p in participants], vectors)  # type: ignore[arg-type]
+    for p, reason in zip(participants, reasons, strict=True):
+        if reason is not None:
+            plan.log.refuse(p.node_id, phase, reason)
+    return [p for p, reason in zip(participants, reasons, strict=True) if reason is None]
 
 
 class ClientHalf(Protocol):

@@ -24,6 +24,7 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
     finished,
+    screened,
 )
 from wire.keys import ARRAYS_KEY
 from wire.messages import TrainReply
@@ -53,6 +54,7 @@ class Dense:
         return None
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
+        participants = screened(plan, participants, None)
         if not participants:
             return finished(Aggregate([], None))
         updates = [p.contribution for p in participants]

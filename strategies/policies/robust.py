@@ -3,6 +3,10 @@
 - ``none``: the weighted average (FedAvg's maths).
 - ``clip``: each update scaled down to at most ``robust-clip`` times the round's median update
   norm, then the weighted average; works for sparse updates too (their values' norms).
+- ``clip-screen``: ``clip``, and a node whose updates point against the others' is refused
+  (``ClipScreen``: its cosine with the sum of the rest is below 0 on average, over rounds).
+  Screens from three updates up; refuses nobody when half or more would be refused (no
+  majority to judge by).
 - ``trimmed-mean``: coordinate-wise mean after cutting ``robust-trim`` of the updates from each
   end (Flower's FedTrimmedAvg maths, unweighted).
 - ``median``: coordinate-wise median (Flower's FedMedian maths, unweighted).
@@ -12,6 +16,8 @@ the shared index set, not Allgather's own index sets (settings refuse that combi
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -21,6 +27,9 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from strategies.collectives.maths import weighted_average
 
 Vector = np.ndarray
+
+
+MIN_TO_SCREEN = 3  # with two updates, each pointing against the other says nothing of who lies
 
 
 def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
@@ -33,9 +42,27 @@ def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
     ]
 
 
+def cosines_with_the_rest(vectors: Sequence[Vector]) -> list[float]:
+    """Each vector's cosine with the sum of the others, every vector clipped to the median
+    norm first (so no one vector outweighs the others in that sum)."""
+    clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
+    total = clipped.sum(axis=0)
+    cosines = []
+    for own in clipped:
+        rest = total - own
+        scale = float(np.linalg.norm(own) * np.linalg.norm(rest))
+        cosines.append(float(own @ rest) / scale if scale > 0.0 else 0.0)
+    return cosines
+
+
 class NoDefence:
     name: ClassVar[str] = "none"
     coordinatewise: ClassVar[bool] = False
+    screens: ClassVar[bool] = False  # refuses some updates (``screen``) before combining
+
+    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
+        """Per node's update, why it is refused (None: kept)."""
+        return [None] * len(vectors)
 
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
         return weighted_average(vectors, weights)
@@ -55,6 +82,49 @@ class Clip(NoDefence):
 
     def sparse_values(self, values: Sequence[Vector]) -> Sequence[Vector]:
         return clip_to_median(values, self.factor)
+
+
+class ClipScreen(Clip):
+    """``clip``, and a node whose updates point against the others' is refused: over its last
+    ``WINDOW`` rounds, its update's cosine with the sum of the rest is below 0 on average by more
+    than ``Z`` standard errors. One round's cosine is noisy (an honest minibatch update is below
+    0 in about one round in ten, and Top-k updates that barely overlap sit near 0); its average
+    over rounds is not, so an honest node is not refused and a sign-flipped one, however it
+    scales its update, is."""
+
+    name: ClassVar[str] = "clip-screen"
+    screens: ClassVar[bool] = True
+    WINDOW: ClassVar[int] = 20  # rounds of a node's history that count
+    MIN_ROUNDS: ClassVar[int] = 10  # a standard error needs a sample (and early rounds settle)
+    Z: ClassVar[float] = 2.0
+
+    def __init__(self, factor: float) -> None:
+        super().__init__(factor)
+        self.cosines: dict[int, deque[float]] = {}  # node id -> its last cosines with the rest
+
+    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
+        if len(vectors) < MIN_TO_SCREEN:
+            return [None] * len(vectors)
+        reasons: list[str | None] = []
+        for node, cosine in zip(nodes, cosines_with_the_rest(vectors), strict=True):
+            history = self.cosines.setdefault(node, deque(maxlen=self.WINDOW))
+            history.append(cosine)
+            reasons.append(self._against(history))
+        if 2 * sum(r is not None for r in reasons) >= len(vectors):
+            return [None] * len(vectors)  # no majority to judge by
+        return reasons
+
+    def _against(self, history: deque[float]) -> str | None:
+        if len(history) < self.MIN_ROUNDS:
+            return None
+        mean = float(np.mean(history))
+        error = float(np.std(history, ddof=1)) / math.sqrt(len(history))
+        if mean + self.Z * error >= 0.0:
+            return None
+        return (
+            f"its updates point against the others' (mean cosine {mean:.3f} +- {error:.3f} "
+            f"over its last {len(history)} rounds)"
+        )
 
 
 class TrimmedMean(NoDefence):

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from flwr.app import Message
 
-import tests.strategies.test_topk_federation as federation
 from common.settings import settings_with
 from scripts.in_process import InProcessGrid
 from server.build import bounds
@@ -74,7 +73,11 @@ def test_an_inflated_example_count_cannot_take_over_the_aggregate() -> None:
 
 
 class ClaimingGrid(InProcessGrid):
-    """Node 101 claims a huge ||TopK(e)||² in every training reply (VAR leadership)."""
+    """Node 101's ||TopK(e)||² claims, in every training reply, multiplied by ``factor``."""
+
+    def __init__(self, settings, factor: float) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(settings)
+        self.factor = factor
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -83,18 +86,32 @@ class ClaimingGrid(InProcessGrid):
         for reply in replies:
             metrics = reply.content.metric_records.get("metrics")
             if reply.metadata.src_node_id == 101 and metrics and "topk-norm2" in metrics:
-                metrics["topk-norm2"] = 1e300
+                metrics["topk-norm2"] = float(metrics["topk-norm2"]) * self.factor  # type: ignore[arg-type]
         return replies
 
 
+VAR = {"strategy": "topk", "collective": "allreduce", "leader": "var", "compression_ratio": 0.05}
+
+
 @pytest.mark.usefixtures("task_identity")
-def test_a_var_leader_caught_lying_leads_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = _settings(
-        strategy="topk", collective="allreduce", leader="var", compression_ratio=0.05
-    )
-    grid = ClaimingGrid(settings)
-    monkeypatch.setattr(federation, "InProcessGrid", lambda s: grid)
-    _, strategy, _ = _run(settings, rounds=3)
+def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
+    settings = _settings(**VAR)
+    grid = ClaimingGrid(settings, 1e300)
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert 101 not in leaders
+    for server_round in (1, 2, 3):
+        (reason,) = strategy.stats[server_round].refused
+        assert reason.startswith("node 101: topk-norm2 ")
+        assert "exceeds 100 x the median of the others' claims" in reason
+        assert strategy.stats[server_round].num_clients == 2
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_var_leader_caught_lying_leads_no_more() -> None:
+    settings = _settings(**VAR)
+    grid = ClaimingGrid(settings, 30.0)  # plausible, so it leads, but its values give it away
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
     leaders = [node for kind, node in grid.sent if kind == "train.indices"]
     assert leaders[0] == 101 and 101 not in leaders[1:]
     assert "it leads no more" in strategy.stats[1].refused[0]

@@ -6,8 +6,9 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
+from scripts.attacks import ATTACKER, AttackGrid
 from strategies.edge import EdgeStrategy
-from strategies.policies.robust import clip_to_median
+from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from tests.helpers import FakeGrid, make_strategy, reply_message, train_config, train_reply
 from tests.strategies.test_dense import PROFILE, SHAPES, _record
 from tests.strategies.test_topk_federation import _run, _settings
@@ -64,9 +65,72 @@ def test_clipping_holds_every_norm_to_a_multiple_of_the_median() -> None:
     assert np.linalg.norm(clipped[2]) == pytest.approx(12.0)  # 3 x the median norm 4
 
 
+def _noisy_rounds(rounds: int, seed: int = 2) -> list[list[np.ndarray]]:
+    """Five honest updates per round: a shared direction under as much noise, so that one
+    round's cosine with the rest is sometimes negative."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        direction = rng.standard_normal(200)
+        noisy = [direction + 3.0 * rng.standard_normal(200) for _ in range(5)]
+        out.append([v.astype(np.float32) for v in noisy])
+    return out
+
+
+def test_screening_refuses_a_flipped_node_however_scaled_and_no_honest_one() -> None:
+    rounds = _noisy_rounds(40)
+    assert min(c for h in rounds for c in cosines_with_the_rest(h)) < 0  # single rounds mislead
+    for scale in (-1.0, -10.0, -1e6):
+        screen = ClipScreen(3.0)
+        nodes = [100, 101, 102, 103, 104]
+        refused = []
+        for honest in rounds:
+            flipped = honest[4] * np.float32(scale)  # the fifth node's, sign-flipped
+            reasons = screen.screen(nodes, [*honest[:4], flipped])
+            assert reasons[:4] == [None] * 4  # honest nodes never
+            refused.append(reasons[4] is not None)
+        assert refused[: ClipScreen.MIN_ROUNDS - 1] == [False] * (ClipScreen.MIN_ROUNDS - 1)
+        assert all(refused[ClipScreen.MIN_ROUNDS + 2 :])  # once its average has settled
+
+
+def test_screening_needs_three_nodes_and_a_majority_to_judge_by() -> None:
+    a = np.ones(8, dtype=np.float32)
+    b = np.zeros(8, dtype=np.float32)  # shares no direction with a
+    b[0], b[1] = 1.0, -1.0
+    pair, halves = ClipScreen(3.0), ClipScreen(3.0)
+    for _ in range(5):
+        assert pair.screen([1, 2], [a, -a]) == [None, None]  # two: who is lying?
+        # two against two: half would go, so nobody does
+        assert halves.screen([1, 2, 3, 4, 5], [a, a, -a, -a, b]) == [None] * 5
+    assert max(halves.cosines[1]) < 0 and max(halves.cosines[3]) < 0  # each pair is against
+
+
+@pytest.mark.parametrize("collective", ["dense", "allgather", "allreduce"])
+def test_screening_refuses_a_sign_flipped_client_in_a_federation(collective: str) -> None:
+    modes = {
+        "dense": {},
+        "allgather": {"strategy": "topk", "collective": "allgather", "compression_ratio": 0.05},
+        "allreduce": {"strategy": "topk", "collective": "allreduce", "compression_ratio": 0.05},
+    }
+    settings = _settings(num_clients=5, batch_size=32, robust="clip-screen", **modes[collective])
+    rounds = ClipScreen.MIN_ROUNDS + 3
+    _, strategy, _ = _run(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
+    refused = {r: strategy.stats[r].refused for r in range(1, rounds + 1)}
+    for server_round in range(1, rounds + 1):
+        nodes = {r.split(":")[0].split(" (")[0] for r in refused[server_round]}
+        assert nodes <= {f"node {ATTACKER}"}  # an honest node never
+        if server_round < ClipScreen.MIN_ROUNDS:  # no history yet
+            assert not any("point against" in r for r in refused[server_round])
+    for server_round in range(rounds - 2, rounds + 1):  # once its history is long enough
+        (reason,) = refused[server_round]
+        # a flipped leader (Allreduce) is caught by its norm claim first
+        assert any(why in reason for why in ("point against", "leads no"))
+        assert strategy.stats[server_round].num_clients == 4
+
+
 @pytest.mark.parametrize(
     ("robust", "worst"),
-    [("none", 1e4), ("clip", 0.5), ("trimmed-mean", 0.2), ("median", 0.2)],
+    [("none", 1e4), ("clip", 0.5), ("clip-screen", 0.5), ("trimmed-mean", 0.2), ("median", 0.2)],
 )
 def test_one_scaled_update_and_each_defence(robust: str, worst: float) -> None:
     rng = np.random.default_rng(1)

@@ -35,12 +35,14 @@ def _settings(**overrides: object) -> Settings:
     return settings_with(**(base | overrides))
 
 
-def _run(settings: Settings, rounds: int) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
+def _run(
+    settings: Settings, rounds: int, grid: InProcessGrid | None = None
+) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
     clock = VirtualClock({i: PROFILE for i in range(settings.num_clients)})
     strategy = build_strategy(settings, clock, layout)
-    grid = InProcessGrid(settings)
+    grid = grid or InProcessGrid(settings)
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),

@@ -1,0 +1,81 @@
+"""How far apart honest ||TopK(e)||² claims are: the justification of ``CLAIM_SPREAD``.
+
+Runs honest Allreduce federations in process (VAR leader; IID and Dirichlet non-IID digits, the
+MLP and the CNN, streams at S2 rates with rate-sized batches) and prints, per run, the largest
+and the 99th percentile over rounds of max over clients of (claim / median of the others').
+
+    .venv/bin/python -m scripts.claim_spread
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+VAR = "strategy=topk collective=allreduce leader=var"
+CASES = {
+    "iid mlp": f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01",
+    "dirichlet(0.1) mlp": (
+        f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01 "
+        "partitioner=dirichlet dirichlet-alpha=0.1"
+    ),
+    "streams S2-normal, rate batches": (
+        f"num-server-rounds=150 {VAR} compression-ratio=0.01 stream-rates=S2-normal "
+        "batch-policy=rate buffer-policy=truncation aggregation-weights=rate lr-scaling=linear"
+    ),
+    "dirichlet(0.3) cnn, 2 steps": (
+        f"num-clients=10 num-server-rounds=60 {VAR} compression-ratio=0.05 model=cnn "
+        "partitioner=dirichlet dirichlet-alpha=0.3 local-steps=2"
+    ),
+}
+
+
+def spread(name: str) -> tuple[str, float, float]:
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    import strategies.collectives.allreduce as allreduce
+    from scripts.in_process import InProcessGrid
+    from scripts.run_simulation import parse_overrides, resolve_settings
+    from server import app as server_app
+
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    ratios: list[float] = []
+    check = allreduce.implausible_claims
+
+    def observed(participants):  # type: ignore[no-untyped-def]
+        claims = [p.reply.topk_norm2 or 0.0 for p in participants]
+        ratios.append(
+            max(c / float(np.median(claims[:i] + claims[i + 1 :])) for i, c in enumerate(claims))
+        )
+        return check(participants)
+
+    allreduce.implausible_claims = observed  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory() as out:
+        settings = resolve_settings(parse_overrides(f"{CASES[name]} results-dir={Path(out)}"))
+        context = Context(
+            run_id=1,
+            node_id=0,
+            node_config={},
+            state=RecordDict(),
+            run_config=settings.to_run_config(),
+        )
+        server_app.main(InProcessGrid(settings), context)  # type: ignore[arg-type]
+    return name, max(ratios), float(np.percentile(ratios, 99))
+
+
+def main() -> None:
+    print("| run | largest claim / median of the others | 99th percentile |")
+    print("|---|---|---|")
+    with ProcessPoolExecutor(2) as pool:
+        for name, largest, p99 in pool.map(spread, CASES):
+            print(f"| {name} | {largest:.2f} | {p99:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
