@@ -61,7 +61,7 @@ DEFENCES = {
 ATTACKS_OF_MODE = {
     "dense": ("scale", "huge-once", "flip", "examples"),
     "allgather": ("scale", "huge-once", "flip", "examples"),
-    "allreduce-var": ("var-claim",),
+    "allreduce-var": ("var-claim", "flip", "scale"),
     "dense-injection": ("inject",),
 }
 

@@ -2,7 +2,7 @@
 
 Runs honest Allreduce federations in process (VAR leader; IID and Dirichlet non-IID digits, the
 MLP and the CNN, streams at S2 rates with rate-sized batches) and prints, per run, the largest
-and the 99th percentile over rounds of max over clients of (claim / median of the others').
+and the 99th percentile over rounds and clients of (claim / median of the others').
 
     .venv/bin/python -m scripts.claim_spread
 """
@@ -50,9 +50,9 @@ def spread(name: str) -> tuple[str, float, float]:
 
     def observed(participants):  # type: ignore[no-untyped-def]
         claims = [p.reply.topk_norm2 or 0.0 for p in participants]
-        ratios.append(
-            max(c / float(np.median(claims[:i] + claims[i + 1 :])) for i, c in enumerate(claims))
-        )
+        if len(claims) >= allreduce.MIN_CLAIMS:
+            medians = [float(np.median(claims[:i] + claims[i + 1 :])) for i in range(len(claims))]
+            ratios.extend(c / m for c, m in zip(claims, medians, strict=True) if m > 0.0)
         return check(participants)
 
     allreduce.implausible_claims = observed  # type: ignore[assignment]

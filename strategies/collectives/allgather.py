@@ -28,6 +28,7 @@ from strategies.collectives.base import (
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
 from strategies.collectives.maths import scatter_add
 from wire.codec import Sparse, index_nbytes, sparse_record, topk_count
+from wire.keys import TRAIN
 from wire.messages import TrainReply, required_sparse
 
 
@@ -53,7 +54,7 @@ class Allgather:
         return None
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
-        participants = screened(plan, participants, None)
+        participants = screened(plan, participants, TRAIN)
         sparses = [p.contribution for p in participants if isinstance(p.contribution, Sparse)]
         if not sparses:
             return finished(Aggregate([], None))

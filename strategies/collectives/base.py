@@ -117,6 +117,8 @@ class Defence(Protocol):
 
     def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]: ...
 
+    def refusing(self) -> set[int]: ...
+
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector: ...
 
     def sparse_values(self, values: Sequence[Vector]) -> Sequence[Vector]: ...
@@ -203,11 +205,12 @@ def screened(
     """The participants whose contributions the defence keeps; the rest refused in the log."""
     if not plan.defence.screens or not participants:
         return participants
-    vectors = [
-        p.contribution.dense() if isinstance(p.contribution, Sparse) else p.contribution
-        for p in participants
-    ]
-    reasons = plan.defence.screen([p.node_id for p in participants], vectors)  # type: ignore[arg-type]
+    vectors = []
+    for p in participants:
+        assert p.contribution is not None, "screened before the contributions came in"
+        contribution = p.contribution
+        vectors.append(contribution.dense() if isinstance(contribution, Sparse) else contribution)
+    reasons = plan.defence.screen([p.node_id for p in participants], vectors)
     for p, reason in zip(participants, reasons, strict=True):
         if reason is not None:
             plan.log.refuse(p.node_id, phase, reason)

@@ -4,9 +4,10 @@
 - ``clip``: each update scaled down to at most ``robust-clip`` times the round's median update
   norm, then the weighted average; works for sparse updates too (their values' norms).
 - ``clip-screen``: ``clip``, and a node whose updates point against the others' is refused
-  (``ClipScreen``: its cosine with the sum of the rest is below 0 on average, over rounds).
-  Screens from three updates up; refuses nobody when half or more would be refused (no
-  majority to judge by).
+  (``ClipScreen``: over its last 20 rounds, its update's cosine with the sum of the rest is
+  below 0 by more than 2 standard errors; judged from its 10th round, from three nodes up, and
+  nobody is refused when half or more would be). An honest node refused by mistake loses what
+  it sent: its error feedback already took it out of its residual.
 - ``trimmed-mean``: coordinate-wise mean after cutting ``robust-trim`` of the updates from each
   end (Flower's FedTrimmedAvg maths, unweighted).
 - ``median``: coordinate-wise median (Flower's FedMedian maths, unweighted).
@@ -27,9 +28,6 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from strategies.collectives.maths import weighted_average
 
 Vector = np.ndarray
-
-
-MIN_TO_SCREEN = 3  # with two updates, each pointing against the other says nothing of who lies
 
 
 def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
@@ -64,6 +62,10 @@ class NoDefence:
         """Per node's update, why it is refused (None: kept)."""
         return [None] * len(vectors)
 
+    def refusing(self) -> set[int]:
+        """Nodes its last verdict refused (Allreduce lets none of them pick an index set)."""
+        return set()
+
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
         return weighted_average(vectors, weights)
 
@@ -85,34 +87,41 @@ class Clip(NoDefence):
 
 
 class ClipScreen(Clip):
-    """``clip``, and a node whose updates point against the others' is refused: over its last
-    ``WINDOW`` rounds, its update's cosine with the sum of the rest is below 0 on average by more
-    than ``Z`` standard errors. One round's cosine is noisy (an honest minibatch update is below
-    0 in about one round in ten, and Top-k updates that barely overlap sit near 0); its average
-    over rounds is not, so an honest node is not refused and a sign-flipped one, however it
-    scales its update, is."""
+    """``clip``, and a node whose updates point against the others' is refused: over the last
+    ``WINDOW`` rounds it was screened in, its update's cosine with the sum of the rest is below 0
+    on average by more than ``Z`` standard errors (judged from its ``MIN_ROUNDS``-th). One
+    round's cosine is noisy (an honest minibatch update is below 0 in about one round in ten,
+    and Top-k updates that barely overlap sit near 0); its average over rounds is not, so an
+    honest node is not refused and a sign-flipped one, however it scales its update, is.
+    Histories are kept per node id: a reconnected node (a new id) starts a new one."""
 
     name: ClassVar[str] = "clip-screen"
     screens: ClassVar[bool] = True
     WINDOW: ClassVar[int] = 20  # rounds of a node's history that count
     MIN_ROUNDS: ClassVar[int] = 10  # a standard error needs a sample (and early rounds settle)
     Z: ClassVar[float] = 2.0
+    MIN_NODES: ClassVar[int] = 3  # of two updates against each other, either may be the liar
 
     def __init__(self, factor: float) -> None:
         super().__init__(factor)
         self.cosines: dict[int, deque[float]] = {}  # node id -> its last cosines with the rest
+        self._refusing: set[int] = set()
 
     def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
-        if len(vectors) < MIN_TO_SCREEN:
-            return [None] * len(vectors)
-        reasons: list[str | None] = []
-        for node, cosine in zip(nodes, cosines_with_the_rest(vectors), strict=True):
-            history = self.cosines.setdefault(node, deque(maxlen=self.WINDOW))
-            history.append(cosine)
-            reasons.append(self._against(history))
-        if 2 * sum(r is not None for r in reasons) >= len(vectors):
-            return [None] * len(vectors)  # no majority to judge by
+        reasons: list[str | None] = [None] * len(vectors)
+        if len(vectors) >= self.MIN_NODES:
+            cosines = cosines_with_the_rest(vectors)
+            for i, (node, cosine) in enumerate(zip(nodes, cosines, strict=True)):
+                history = self.cosines.setdefault(node, deque(maxlen=self.WINDOW))
+                history.append(cosine)
+                reasons[i] = self._against(history)
+            if 2 * sum(r is not None for r in reasons) >= len(vectors):
+                reasons = [None] * len(vectors)  # no majority to judge by
+        self._refusing = {n for n, r in zip(nodes, reasons, strict=True) if r is not None}
         return reasons
+
+    def refusing(self) -> set[int]:
+        return set(self._refusing)
 
     def _against(self, history: deque[float]) -> str | None:
         if len(history) < self.MIN_ROUNDS:

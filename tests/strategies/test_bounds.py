@@ -11,6 +11,8 @@ from common.settings import settings_with
 from scripts.in_process import InProcessGrid
 from server.build import bounds
 from strategies.bounds import Bounds
+from strategies.collectives.allreduce import implausible_claims
+from strategies.collectives.base import Participant
 from tests.helpers import reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
@@ -102,7 +104,7 @@ def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
     assert 101 not in leaders
     for server_round in (1, 2, 3):
         (reason,) = strategy.stats[server_round].refused
-        assert reason.startswith("node 101: topk-norm2 ")
+        assert reason.startswith("node 101 (train): topk-norm2 ")
         assert "exceeds 100 x the median of the others' claims" in reason
         assert strategy.stats[server_round].num_clients == 2
 
@@ -117,3 +119,17 @@ def test_a_var_leader_caught_lying_leads_no_more() -> None:
     assert "it leads no more" in strategy.stats[1].refused[0]
     assert strategy.stats[1].num_clients == 2  # the others' values at its indices
     assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 3
+
+
+def _claiming(claims: list[float]) -> list[Participant]:
+    return [
+        Participant(100 + i, TrainReply(i, 32, 1.0, topk_norm2=claim), bytes_up=0, measured=None)
+        for i, claim in enumerate(claims)
+    ]
+
+
+def test_a_claim_is_judged_against_the_median_of_at_least_two_others() -> None:
+    assert implausible_claims(_claiming([1.0, 2.0, 150.0])) == {}  # 100x of the others' 1.5
+    assert list(implausible_claims(_claiming([1.0, 2.0, 151.0]))) == [102]
+    assert implausible_claims(_claiming([1.0, 0.005])) == {}  # of two, either may be the odd one
+    assert implausible_claims(_claiming([0.0, 0.0, 5.0])) == {}  # nothing to scale by

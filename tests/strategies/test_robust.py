@@ -6,13 +6,14 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
-from scripts.attacks import ATTACKER, AttackGrid
+from scripts.attacks import ATTACKER, AttackGrid, _scaled
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from tests.helpers import FakeGrid, make_strategy, reply_message, train_config, train_reply
 from tests.strategies.test_dense import PROFILE, SHAPES, _record
 from tests.strategies.test_topk_federation import _run, _settings
 from timing.clock import VirtualClock
+from wire.keys import TRAIN, TRAIN_VALUES
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -95,24 +96,34 @@ def test_screening_refuses_a_flipped_node_however_scaled_and_no_honest_one() -> 
 
 def test_screening_needs_three_nodes_and_a_majority_to_judge_by() -> None:
     a = np.ones(8, dtype=np.float32)
-    b = np.zeros(8, dtype=np.float32)  # shares no direction with a
+    b = np.zeros(8, dtype=np.float32)  # orthogonal to a
     b[0], b[1] = 1.0, -1.0
-    pair, halves = ClipScreen(3.0), ClipScreen(3.0)
-    for _ in range(5):
-        assert pair.screen([1, 2], [a, -a]) == [None, None]  # two: who is lying?
-        # two against two: half would go, so nobody does
-        assert halves.screen([1, 2, 3, 4, 5], [a, a, -a, -a, b]) == [None] * 5
-    assert max(halves.cosines[1]) < 0 and max(halves.cosines[3]) < 0  # each pair is against
+    pair, minority, majority = ClipScreen(3.0), ClipScreen(3.0), ClipScreen(3.0)
+    for _ in range(ClipScreen.MIN_ROUNDS + 2):
+        two = pair.screen([1, 2], [a, -a])  # two against each other: who is lying?
+        few = minority.screen([1, 2, 3, 4, 5], [a, a, a, -a, -a])
+        many = majority.screen([1, 2, 3, 4, 5], [a, a, -a, -a, b])  # four would go
+    assert two == [None, None] and not pair.cosines
+    assert [r is not None for r in few] == [False, False, False, True, True]
+    assert minority.refusing() == {4, 5}
+    assert many == [None] * 5 and majority.refusing() == set()
+    assert max(majority.cosines[1]) < 0 and max(majority.cosines[3]) < 0  # each pair is against
 
 
-@pytest.mark.parametrize("collective", ["dense", "allgather", "allreduce"])
-def test_screening_refuses_a_sign_flipped_client_in_a_federation(collective: str) -> None:
-    modes = {
-        "dense": {},
-        "allgather": {"strategy": "topk", "collective": "allgather", "compression_ratio": 0.05},
-        "allreduce": {"strategy": "topk", "collective": "allreduce", "compression_ratio": 0.05},
-    }
-    settings = _settings(num_clients=5, batch_size=32, robust="clip-screen", **modes[collective])
+TOPK = {"strategy": "topk", "compression_ratio": 0.05}
+SCREENED_MODES = {
+    "dense": {},
+    "allgather": {**TOPK, "collective": "allgather"},
+    "allreduce-star": {**TOPK, "collective": "allreduce"},
+    "allreduce-var": {**TOPK, "collective": "allreduce", "leader": "var"},
+    "allreduce-global": {**TOPK, "collective": "allreduce", "index_policy": "global"},
+}
+
+
+@pytest.mark.parametrize("mode", list(SCREENED_MODES))
+def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> None:
+    overrides = SCREENED_MODES[mode]
+    settings = _settings(num_clients=5, batch_size=32, robust="clip-screen", **overrides)
     rounds = ClipScreen.MIN_ROUNDS + 3
     _, strategy, _ = _run(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
     refused = {r: strategy.stats[r].refused for r in range(1, rounds + 1)}
@@ -123,9 +134,25 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(collective: str
             assert not any("point against" in r for r in refused[server_round])
     for server_round in range(rounds - 2, rounds + 1):  # once its history is long enough
         (reason,) = refused[server_round]
-        # a flipped leader (Allreduce) is caught by its norm claim first
-        assert any(why in reason for why in ("point against", "leads no"))
+        assert "point against the others" in reason
         assert strategy.stats[server_round].num_clients == 4
+
+
+def test_a_refused_node_picks_no_index_set() -> None:
+    """A sign flip at the honest scale keeps its norm claim true, so only the screen sees it;
+    from then on the STAR rotation passes it over."""
+    settings = _settings(
+        num_clients=5, batch_size=32, robust="clip-screen", **SCREENED_MODES["allreduce-star"]
+    )
+    grid = AttackGrid(settings, None)
+    grid.attack, grid.rewrites = (lambda content, _: _scaled(content, -1.0)), {TRAIN, TRAIN_VALUES}
+    rounds = 16  # STAR would hand round 15 to partition 0, the attacker
+    _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
+    refused_from = min(r for r in range(1, rounds + 1) if strategy.stats[r].refused)
+    assert refused_from < 15
+    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert len(leaders) == rounds and leaders[5 - 1] == ATTACKER  # it led before
+    assert ATTACKER not in leaders[refused_from:]
 
 
 @pytest.mark.parametrize(
