@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from common.settings import Settings
-from scripts.in_process import InProcessGrid
+from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.codec import raw_array
 from wire.keys import (
@@ -151,22 +151,12 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     mode, attack, defence, seed, _ = job
     from flwr.supercore.task_identity import TaskIdentity
 
-    from server import app as server_app
-
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
     logging.getLogger("flwr").setLevel(logging.ERROR)
     results = _results(job)
     text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"
     if not (results / "summary.json").exists():
-        settings = resolve_settings(parse_overrides(text))
-        context = Context(
-            run_id=1,
-            node_id=0,
-            node_config={},
-            state=RecordDict(),
-            run_config=settings.to_run_config(),
-        )
-        server_app.main(AttackGrid(settings, attack), context)  # type: ignore[arg-type]
+        run_server_app(AttackGrid(resolve_settings(parse_overrides(text)), attack))
     summary = json.loads((results / "summary.json").read_text())
     return {
         "mode": mode,

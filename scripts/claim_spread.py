@@ -35,13 +35,11 @@ CASES = {
 
 
 def spread(name: str) -> tuple[str, float, float]:
-    from flwr.app import Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
     import strategies.collectives.allreduce as allreduce
-    from scripts.in_process import InProcessGrid
+    from scripts.in_process import InProcessGrid, run_server_app
     from scripts.run_simulation import parse_overrides, resolve_settings
-    from server import app as server_app
 
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
     logging.getLogger("flwr").setLevel(logging.ERROR)
@@ -58,14 +56,7 @@ def spread(name: str) -> tuple[str, float, float]:
     allreduce.implausible_claims = observed  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as out:
         settings = resolve_settings(parse_overrides(f"{CASES[name]} results-dir={Path(out)}"))
-        context = Context(
-            run_id=1,
-            node_id=0,
-            node_config={},
-            state=RecordDict(),
-            run_config=settings.to_run_config(),
-        )
-        server_app.main(InProcessGrid(settings), context)  # type: ignore[arg-type]
+        run_server_app(InProcessGrid(settings))
     return name, max(ratios), float(np.percentile(ratios, 99))
 
 

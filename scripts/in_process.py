@@ -13,6 +13,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 
 from client import app as client_app
 from common.settings import Settings
+from server import app as server_app
 
 
 def _wire_copy(content: RecordDict) -> RecordDict:
@@ -23,6 +24,7 @@ class InProcessGrid:
     """Nodes ``100 + partition id``, each with its own persistent ``Context``."""
 
     def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         run_config = settings.to_run_config()
         self.contexts = {
             100 + i: Context(
@@ -68,3 +70,15 @@ class InProcessGrid:
             reply = client_app.app(incoming, self.contexts[node])  # routed, with its mods
             replies.append(Message(content=_wire_copy(reply.content), metadata=reply.metadata))  # type: ignore[call-overload]
         return replies
+
+
+def run_server_app(grid: InProcessGrid) -> None:
+    """The real ServerApp (``server.app.main``) over ``grid``, for the grid's settings."""
+    context = Context(
+        run_id=1,
+        node_id=0,
+        node_config={},
+        state=RecordDict(),
+        run_config=grid.settings.to_run_config(),
+    )
+    server_app.main(grid, context)  # type: ignore[arg-type]

@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flwr.app import Context, RecordDict
 
-from scripts.in_process import InProcessGrid
+from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
-from server import app as server_app
 from server.records import WALL_CLOCK_FIELDS, read_rounds
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -102,11 +100,7 @@ def _without_new_settings(summary: dict[str, Any]) -> dict[str, Any]:
 def run_case(text: str, results_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The ServerApp and ClientApps of one run, in process; its stripped records."""
     overrides = parse_overrides(text) | {"results-dir": str(results_dir)}
-    settings = resolve_settings(overrides)
-    context = Context(
-        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=settings.to_run_config()
-    )
-    server_app.main(InProcessGrid(settings), context)
+    run_server_app(InProcessGrid(resolve_settings(overrides)))
     summary = json.loads((results_dir / "summary.json").read_text())
     return _strip_rounds(read_rounds(results_dir)), _strip_summary(summary)
 
