@@ -147,8 +147,7 @@ def implausible_claims(participants: Sequence[Participant]) -> dict[int, str]:
     if len(claims) < MIN_CLAIMS:
         return reasons
     for i, p in enumerate(participants):
-        others = claims[:i] + claims[i + 1 :]
-        typical = float(np.median(others)) if others else 0.0
+        typical = float(np.median(claims[:i] + claims[i + 1 :]))  # never empty: MIN_CLAIMS
         if typical > 0.0 and claims[i] > CLAIM_SPREAD * typical:
             reasons[p.node_id] = (
                 f"topk-norm2 {claims[i]:g} exceeds {CLAIM_SPREAD:g} x the median of the "
