@@ -19,6 +19,15 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: any other torch request would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# mosquitto: the MQTT broker the stream tests start on a free loopback port of their own.
+	@if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing mosquitto (MQTT broker for the stream tests) with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; \
+	else \
+		echo "mosquitto is not installed and this is not root with apt-get: the MQTT tests" \
+			"will skip (install it: sudo apt-get install mosquitto)"; \
+	fi
 	@touch $(STAMP)
 
 venv: $(STAMP)

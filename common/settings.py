@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.flower_polls import check_flower
 from common.rates import check_stream_rates
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +151,10 @@ class Settings:
         doc="modelled: the virtual clock from device and network models; measured: from the "
         "times clients and server measure (deployment)",
     )
+    short_polls: bool = _spec(
+        doc="deployment, flwr 1.42.x: the ServerApp pulls a reply's late objects again after "
+        "10 ms, not Flower's 1 s (pair with edgeflex-supernode on the nodes)"
+    )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
     stream_rates: str = _spec(
         doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'
@@ -265,6 +270,11 @@ class Settings:
                 f"topology = {self.topology!r} charges the papers' formulas for float32 values; "
                 f"compressor = {self.compressor!r} can only be charged on the star topology"
             )
+        if self.short_polls:
+            try:
+                check_flower()
+            except ValueError as exc:
+                raise ConfigError(f"short-polls: {exc}") from None
         if self.timing == "measured" and self.topology != "star":
             raise ConfigError(
                 f"timing = 'measured' measures Flower's star exchanges; topology = "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,22 @@ from scripts.run_simulation import (
     write_connection,
 )
 
+SUPEREXEC_POLL_S = 0.1  # Flower's SuperExec (no agent) polls its SuperNode this often
+AGENT_SECRET = "agent-secret"  # file name: the SuperExec auth secret a node and its agent share
+
+
+@dataclass(frozen=True)
+class NodeRuntime:
+    """How each node runs its ClientApp messages.
+
+    ``agents``: an ``edgeflex-agent`` per node, the SuperNode in ``--isolation process``
+    (no process per message); ``short_polls``: ``edgeflex-supernode`` instead of
+    ``flower-supernode`` and ``short-polls = true`` for the ServerApp (flwr 1.42.x only;
+    ``common.flower_polls``)."""
+
+    agents: bool = False
+    short_polls: bool = False
+
 
 @dataclass
 class Federation:
@@ -60,11 +77,34 @@ class Federation:
     settings: Settings
     node_args: list[str]  # security flags of every SuperNode (its key is added per node)
     auth: bool = False
+    runtime: NodeRuntime = NodeRuntime()
     supernodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    runtime_ports: dict[int, int] = field(default_factory=dict)  # each node's Runtime API
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)  # to stop, all
 
     def env(self) -> dict[str, str]:
         return flower_env(self.flwr_home)
+
+    def _supernode_command(self) -> list[str]:
+        if not self.runtime.short_polls:
+            return ["flower-supernode"]
+        return [sys.executable, "-m", "client.supernode"]
+
+    def _popen(self, cmd: list[str], log_name: str, home: Path) -> subprocess.Popen[bytes]:
+        env = {**flower_env(home), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S)}
+        with (self.logs_dir / log_name).open("ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us, not it: we stop it ourselves
+                cwd=home,
+            )
+        self.started.append(proc)
+        return proc
 
     def start_node(self, index: int) -> subprocess.Popen[bytes]:
         """Start (or start again: a device that comes back) the SuperNode of partition
@@ -77,28 +117,56 @@ class Federation:
             args += ["--auth-supernode-private-key", str(key)]
         home = self.flwr_home / f"node-{index}-{len(self.started)}"  # its own app cache
         home.mkdir(parents=True, exist_ok=True)
-        with (self.logs_dir / f"supernode-{index}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [
-                    "flower-supernode",
-                    *args,
-                    "--superlink",
-                    f"127.0.0.1:{self.port}",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    node_config(self.settings, index),
-                ],
-                env=flower_env(home),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches us, not it: we stop it ourselves
-                cwd=home,
-            )
-        self.started.append(proc)
+        if self.runtime.agents:
+            args += ["--isolation", "process", "--superexec-auth-secret-file", str(self.secret)]
+        self.runtime_ports[index] = free_port()
+        proc = self._popen(
+            [
+                *self._supernode_command(),
+                *args,
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--port",
+                str(self.runtime_ports[index]),
+                "--node-config",
+                node_config(self.settings, index),
+            ],
+            f"supernode-{index}.log",
+            home,
+        )
         self.supernodes[index] = proc
+        if self.runtime.agents:
+            self.start_agent(index)
         return proc
+
+    @property
+    def secret(self) -> Path:
+        return self.flwr_home / AGENT_SECRET
+
+    def start_agent(self, index: int) -> subprocess.Popen[bytes]:
+        """Start (or start again) the edge agent of partition ``index``: it serves its
+        SuperNode's Runtime API with the secret they share."""
+        home = self.flwr_home / f"agent-{index}-{len(self.started)}"
+        home.mkdir(parents=True, exist_ok=True)
+        proc = self._popen(
+            [
+                sys.executable,
+                "-m",
+                "client.agent",
+                "--runtime-api",
+                f"127.0.0.1:{self.runtime_ports[index]}",
+                "--superexec-auth-secret-file",
+                str(self.secret),
+            ],
+            f"agent-{index}.log",
+            home,
+        )
+        self.agents[index] = proc
+        return proc
+
+    def crash_agent(self, index: int) -> None:
+        """SIGKILL the agent of partition ``index`` (its SuperNode stays up)."""
+        kill_tree(self.agents.pop(index))
 
     def crash_node(self, index: int) -> None:
         """Kill the SuperNode of partition ``index`` with SIGKILL (no goodbye to the
@@ -173,7 +241,11 @@ def _node_key(path: Path) -> Path:
 
 @contextlib.contextmanager
 def local_federation(
-    settings: Settings, logs_dir: Path, *, tls: bool = False
+    settings: Settings,
+    logs_dir: Path,
+    *,
+    tls: bool = False,
+    runtime: NodeRuntime = NodeRuntime(),
 ) -> Iterator[Federation]:
     """A SuperLink and ``num-clients`` SuperNodes on loopback, each stopped by PID on exit."""
     flwr_home = FLWR_DIR / f"federation-{os.getpid()}-{time.monotonic_ns()}"
@@ -209,7 +281,11 @@ def local_federation(
                 if ca_file is None
                 else ["--root-certificates", str(ca_file)],
                 auth=tls,
+                runtime=runtime,
             )
+            if runtime.agents:
+                federation.secret.write_bytes(secrets.token_bytes(32))
+                federation.secret.chmod(0o600)
             try:
                 for index in range(settings.num_clients):
                     federation.start_node(index)
@@ -236,26 +312,32 @@ def _register(federation: Federation, public_key: Path) -> None:
         )
 
 
-def deployment_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+def deployment_overrides(
+    overrides: Mapping[str, Any], runtime: NodeRuntime = NodeRuntime()
+) -> dict[str, Any]:
     """A deployment measures its times, and linear lr scaling never raises the learning rate,
-    unless told otherwise."""
-    return {"timing": "measured", "lr-scale-max": 1.0, **overrides}
+    unless told otherwise; short polls on the nodes go with short pulls on the server."""
+    defaults: dict[str, Any] = {"timing": "measured", "lr-scale-max": 1.0}
+    if runtime.short_polls:
+        defaults["short-polls"] = True
+    return {**defaults, **overrides}
 
 
 def run(
     overrides: Mapping[str, Any],
     *,
     tls: bool = False,
+    runtime: NodeRuntime = NodeRuntime(),
     stream_to: Any = None,
     timeout_s: float | None = None,
 ) -> tuple[int, Path]:
     """Run one experiment on a fresh local federation; return (exit code, results dir)."""
-    overrides = deployment_overrides(overrides)
+    overrides = deployment_overrides(overrides, runtime)
     settings = resolve_settings(overrides)
     results_dir = Path(settings.results_dir)
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
     explicit["results-dir"] = settings.results_dir
-    with local_federation(settings, results_dir, tls=tls) as federation:
+    with local_federation(settings, results_dir, tls=tls, runtime=runtime) as federation:
         code = federation.run_app(explicit, stream_to=stream_to, timeout_s=timeout_s)
     if code == 0 and not (results_dir / "summary.json").exists():
         code = 1
@@ -270,9 +352,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="TLS with a fresh CA and SuperNode authentication (default: --insecure)",
     )
+    parser.add_argument(
+        "--agents",
+        action="store_true",
+        help="an edgeflex-agent per node runs its messages (no ClientApp process per message)",
+    )
+    parser.add_argument(
+        "--short-polls",
+        action="store_true",
+        help="shorten Flower's fixed waits: edgeflex-supernode (idle poll 0.1 s, not 3 s) and "
+        "short-polls = true (flwr 1.42.x only)",
+    )
     args = parser.parse_args(argv)
+    runtime = NodeRuntime(agents=args.agents, short_polls=args.short_polls)
     return launch(
-        lambda overrides: run(overrides, tls=args.tls),
+        lambda overrides: run(overrides, tls=args.tls, runtime=runtime),
         args.run_config,
         stopped="the SuperLink and SuperNodes were",
         logs="the superlink.log and supernode-*.log files in {results_dir}",

@@ -11,6 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from common.data import data_spec, server_test_split
+from common.flower_polls import shorten_grid_pull
 from common.models import build_model, num_parameters
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
@@ -108,6 +109,8 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
+    if settings.short_polls:
+        shorten_grid_pull()
     grid = TimedGrid(grid)  # polls every 0.1 s (Flower's: 3 s) and times every exchange
     catalog = load_catalog(PROJECT_ROOT / settings.devices_file)
     profiles = catalog.assign(settings.device_mix, settings.num_clients)

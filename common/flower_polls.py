@@ -1,0 +1,90 @@
+"""Shorter waits inside Flower 1.42's deployment runtime (an opt-in: ``short-polls``).
+
+Read in flwr 1.42's source, each message of a round waits on fixed constants that dwarf a
+round of small models on a device:
+- a SuperNode with nothing to do sleeps a literal 3 s before it asks the SuperLink again, and
+  looks for its ClientApp's reply every 0.5 s (``supernode/start_client_internal.py``);
+- a message is visible before all its objects are: whoever pulls it first (the SuperNode from
+  the SuperLink, the ServerApp's grid for a reply) backs off 1 s, then 2 s, ... for the
+  objects still on their way (``pull_objects``' ``initial_backoff``).
+These patches replace those module-level names in the processes that opt in. They refuse any
+Flower but 1.42.x, and any source without the names they replace. The price: an idle node
+asks the SuperLink ``1 / idle-poll-s`` times a second instead of once every 3 s.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+import flwr
+
+SUPPORTED_FLWR = "1.42."
+IDLE_SLEEP_S, REPLY_SLEEP_S = 3, 0.5  # the literals in start_client_internal.py
+DEFAULT_IDLE_POLL_S, DEFAULT_REPLY_POLL_S = 0.1, 0.05
+PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 0.01, 0.5  # Flower's: 1 s, doubling up to 10 s
+POLL_RANGE_S = (0.01, 3.0)
+
+
+def check_flower(version: str = flwr.__version__) -> None:
+    """ValueError unless this is the Flower the patches were read against."""
+    if not version.startswith(SUPPORTED_FLWR):
+        raise ValueError(
+            f"short-polls patches flwr {SUPPORTED_FLWR}x only; this is flwr {version}: "
+            "turn short-polls off (Flower's own polls: 3 s idle, 1 s pull back-off)"
+        )
+
+
+def _require(module: ModuleType, *snippets: str) -> None:
+    source = inspect.getsource(module)
+    for snippet in snippets:
+        if snippet not in source:
+            raise ValueError(f"{module.__name__} has no {snippet!r}: Flower changed; not patched")
+
+
+class ShortSleeps:
+    """Stands in for the ``time`` module inside a Flower module: its fixed sleeps are
+    replaced by shorter ones, everything else is ``time``'s own."""
+
+    def __init__(self, replacements: Mapping[float, float]) -> None:
+        self.replacements = dict(replacements)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(self.replacements.get(seconds, seconds))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def _short_pull(module: ModuleType) -> None:
+    _require(module, "pull_objects(")
+    module.pull_objects = functools.partial(  # type: ignore[attr-defined]
+        module.pull_objects, initial_backoff=PULL_BACKOFF_S, backoff_cap=PULL_BACKOFF_CAP_S
+    )
+
+
+def shorten_supernode(
+    module: ModuleType, idle_s: float = DEFAULT_IDLE_POLL_S, reply_s: float = DEFAULT_REPLY_POLL_S
+) -> None:
+    """Patch the SuperNode's loop (``flwr.supernode.start_client_internal``)."""
+    check_flower()
+    for name, value in (("idle poll", idle_s), ("reply poll", reply_s)):
+        if not POLL_RANGE_S[0] <= value <= POLL_RANGE_S[1]:
+            raise ValueError(f"{name} must be within {list(POLL_RANGE_S)} s, got {value}")
+    _require(module, f"time.sleep({IDLE_SLEEP_S})", f"time.sleep({REPLY_SLEEP_S})")
+    _short_pull(module)
+    module.time = ShortSleeps({IDLE_SLEEP_S: idle_s, REPLY_SLEEP_S: reply_s})  # type: ignore[attr-defined]
+
+
+def shorten_grid_pull() -> None:
+    """Patch the ServerApp's deployment grid (``flwr.superlink.grid.http_grid``): a reply
+    whose objects are still arriving is pulled again after 10 ms, not 1 s."""
+    check_flower()
+    from flwr.superlink.grid import http_grid
+
+    if not isinstance(http_grid.pull_objects, functools.partial):  # patch once per process
+        _short_pull(http_grid)

@@ -1,0 +1,145 @@
+"""A local MQTT broker (mosquitto) of our own on loopback, started and stopped by its PID.
+
+Tests and launchers run stream samples through a real broker, never one that happens to be
+running on the machine (the Debian package may start a system service on :1883): each
+``local_broker`` gets a free port, a config file of its own and a log next to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.processes import stop_tree
+from scripts.run_simulation import free_port
+
+SYSTEM_MOSQUITTO = Path("/usr/sbin/mosquitto")  # Debian's path, often not on a user's PATH
+MISSING = (
+    "mosquitto is not installed: `make venv` installs it with apt-get as root; "
+    "or apt-get install mosquitto"
+)
+CONFIG_NAME = "mosquitto.conf"
+READY_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def mosquitto_path() -> str | None:
+    """The mosquitto executable, or None when it is not installed."""
+    found = shutil.which("mosquitto")
+    if found:
+        return found
+    if SYSTEM_MOSQUITTO.is_file() and os.access(SYSTEM_MOSQUITTO, os.X_OK):
+        return str(SYSTEM_MOSQUITTO)
+    return None
+
+
+def parse_broker(text: str) -> BrokerAddress:
+    """``"host:port"`` (a command-line argument) -> BrokerAddress; ValueError says what is off."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"broker {text!r} is not host:port (e.g. 127.0.0.1:1883)")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:1883
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"broker {text!r}: port {port_text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"broker {text!r}: port {port} is outside 1..65535")
+    return BrokerAddress(host, port)
+
+
+def broker_config(port: int) -> str:
+    """What our broker runs with; each line says why."""
+    return "\n".join(
+        [
+            f"listener {port} 127.0.0.1",  # loopback only, a port of our own
+            "allow_anonymous true",  # loopback tests; a LAN broker needs a password file
+            "persistence false",  # nothing to keep between test sessions
+            # Persistent sessions queue without limit (default 1000 per client), so a device
+            # whose agent reconnects loses nothing. max_inflight_messages stays at its default
+            # (20): it bounds unacknowledged sends, and what waits beyond it is queued.
+            "max_queued_messages 0",
+            "log_dest stderr",  # our Popen sends it to the log file: no file the broker opens
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
+            "log_type information",
+            "",
+        ]
+    )
+
+
+def _accepts(address: BrokerAddress) -> bool:
+    try:
+        with socket.create_connection((address.host, address.port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+@contextlib.contextmanager
+def local_broker(workdir: Path, log_path: Path | None = None) -> Iterator[BrokerAddress]:
+    """Run mosquitto on a free loopback port while the context is open; stop it by PID after.
+
+    The config goes to ``workdir/mosquitto.conf``, the log to ``log_path`` (default
+    ``workdir/mosquitto.log``). No PID file: run as root, mosquitto drops to its own user
+    before writing one, and could not write it here; the broker is our child, ``proc.pid``.
+    """
+    executable = mosquitto_path()
+    if executable is None:
+        raise RuntimeError(MISSING)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = log_path or workdir / "mosquitto.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    address = BrokerAddress("127.0.0.1", free_port())
+    config = workdir / CONFIG_NAME
+    config.write_text(broker_config(address.port))
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [executable, "-c", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches us, not it: we stop it ourselves
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _accepts(address):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"mosquitto exited early (code {proc.returncode}); the end of "
+                    f"{log_path}:\n{_tail(log_path)}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"mosquitto not accepting connections on {address} after "
+                    f"{READY_TIMEOUT_S:.0f} s; the end of {log_path}:\n{_tail(log_path)}"
+                )
+            time.sleep(0.05)
+        yield address
+    finally:
+        stop_tree(proc)
