@@ -60,6 +60,8 @@ from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+from wire.stream_samples import DEFAULT_TOPIC_PREFIX, parse_broker
+
 log = logging.getLogger("edgeflex.agent")
 
 APP_ID = "edgeflex/edgeflex"  # publisher/name of the app bundle this agent can run
@@ -234,7 +236,23 @@ def main(argv: list[str] | None = None) -> int:
         help="the file the SuperNode reads with --superexec-auth-secret-file",
     )
     parser.add_argument("--poll-s", type=float, default=DEFAULT_POLL_S, help="idle poll")
+    parser.add_argument(
+        "--mqtt",
+        metavar="HOST:PORT",
+        help="train on samples from this MQTT broker (the node's topic) instead of replaying "
+        "its partition; needs --partition-id",
+    )
+    parser.add_argument("--partition-id", type=int, help="this node's partition (its topic)")
+    parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX)
     args = parser.parse_args(argv)
+    broker = None
+    if args.mqtt is not None:
+        if args.partition_id is None or args.partition_id < 0:
+            parser.error("--mqtt needs --partition-id (>= 0): it names the node's topic")
+        try:
+            broker = parse_broker(args.mqtt)
+        except ValueError as exc:
+            parser.error(str(exc))
     if not 0.001 <= args.poll_s <= 60:
         parser.error(f"--poll-s must be within [0.001, 60] s, got {args.poll_s}")
     try:
@@ -247,8 +265,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per poll
-    from client.app import app  # torch and the model: imported once, here
+    from client.app import make_app  # torch and the model: imported once, here
 
+    live, subscriber = None, None
+    if broker is not None:
+        from client.live_stream import LiveStream, subscribe
+
+        live = LiveStream(args.partition_id)
+        subscriber = subscribe(live, broker, args.topic_prefix)
+        log.info(
+            "streaming %s/node-%d from %s:%d",
+            args.topic_prefix,
+            args.partition_id,
+            broker.host,
+            broker.port,
+        )
+    app = make_app(live)
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: FrameType | None) -> None:
@@ -258,7 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, request_stop)
     config = AgentConfig(runtime_api=args.runtime_api, poll_s=args.poll_s, secret=secret)
     log.info("serving the SuperNode at %s", config.runtime_api)
-    tasks = serve(config, app, stop)
+    try:
+        tasks = serve(config, app, stop)
+    finally:
+        if subscriber is not None:
+            subscriber.disconnect()  # the broker keeps the session for the next start
+            subscriber.loop_stop()
     log.info("stopped after %d tasks", tasks)
     return 0
 

@@ -15,6 +15,7 @@ import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from client.live_stream import LiveStream
 from client.local_round import train_locally
 from client.mods import timing_stamps
 from client.node import node_identity
@@ -30,8 +31,6 @@ from wire.keys import METRICS_KEY, TRAIN_S
 from wire.layout import Layout
 from wire.messages import PhaseReply, PhaseRequest, TrainInstruction, TrainReply, samples_of
 
-app = ClientApp(mods=[timing_stamps])
-
 DENSE = "dense"
 COMPRESSOR_RNG = 0xC0  # stream of the seeded generator stochastic compressors draw from
 
@@ -43,8 +42,7 @@ def _compressor_rng(
     return np.random.default_rng([settings.seed, COMPRESSOR_RNG, partition_id, server_round, phase])
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, live: LiveStream | None = None) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
     layout = Layout.of_model(model)
@@ -56,7 +54,7 @@ def train(msg: Message, context: Context) -> Message:
         layout = Layout.of_record(instruction.dense_model)  # as the server sent it
         start = layout.flatten(instruction.dense_model)
     local = train_locally(
-        context, settings, model, instruction.round, start, samples_of(msg.content)
+        context, settings, model, instruction.round, start, samples_of(msg.content), live
     )
     began = time.perf_counter()
     compression = instruction.compression
@@ -116,6 +114,15 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
     return handle
 
 
-for _collective in COLLECTIVES.values():
-    for _phase, (_name, _handler) in enumerate(_collective.client_actions.items(), start=1):
-        app.train(_name)(_action(_handler, _phase))
+def make_app(live: LiveStream | None = None) -> ClientApp:
+    """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
+    reads instead of replaying the partition."""
+    client_app = ClientApp(mods=[timing_stamps])
+    client_app.train()(lambda msg, context: train(msg, context, live))
+    for collective in COLLECTIVES.values():
+        for phase, (name, handler) in enumerate(collective.client_actions.items(), start=1):
+            client_app.train(name)(_action(handler, phase))
+    return client_app
+
+
+app = make_app()  # what Flower loads (pyproject's clientapp): simulation and plain SuperNodes

@@ -12,6 +12,7 @@ import torch
 from flwr.app import ArrayRecord, Context
 from torch import nn
 
+from client.live_stream import LiveStream
 from client.node import local_data, node_identity, node_stream_rate
 from client.stream_round import draw_stream_round
 from client.streams import WallClock
@@ -46,13 +47,23 @@ def train_locally(
     config: RoundConfig,
     start: Vector,
     relayed: Samples | None,
+    live: LiveStream | None = None,
 ) -> LocalRound:
-    """Local SGD from ``start`` on this round's batches (stream or partition)."""
+    """Local SGD from ``start`` on this round's batches (stream or partition); ``live``: the
+    agent's live stream, whose samples replace the partition's."""
     torch.set_num_threads(1)  # several simulated clients share two cores
     partition_id = node_identity(context, settings)
-    data = local_data(context, settings, partition_id)
+    if live is not None and live.partition_id != partition_id:
+        raise ValueError(
+            f"the agent streams partition {live.partition_id}'s topic, this node is "
+            f"partition {partition_id}"
+        )
+    if settings.stream_rates == STREAM_OFF:
+        live = None  # a run without streams trains on the partition, agent or not
+    data = local_data(context, settings, partition_id) if live is None else None
     stream = None
     if settings.stream_rates == STREAM_OFF:
+        assert data is not None
         rng = batch_rng(config.seed, partition_id, config.server_round)
         batches = random_batches(rng, len(data), config.batch_size, config.local_steps)
     else:
@@ -60,22 +71,33 @@ def train_locally(
             context.state,
             settings,
             partition_id=partition_id,
-            partition_size=len(data),
+            partition_size=0 if data is None else len(data),
             start_s=config.round_start_s,
             server_round=config.server_round,
             local_steps=config.local_steps,
             batch_size=config.batch_size,
             rate=node_stream_rate(context),
             wall=WallClock.from_state(context.state) if settings.timing == "measured" else None,
+            live=live,
         )
         batches = drawn.batches
-        sample_bytes = data.x[0].nbytes + data.y[0].nbytes
+        counts = None
+        if live is not None:  # train on the drawn samples themselves, then let them go
+            drawn_ids = np.concatenate(batches)
+            data = live.samples(drawn_ids)
+            positions = np.arange(drawn_ids.size, dtype=np.int64)
+            batches = np.split(positions, np.cumsum([b.size for b in batches])[:-1])
+            live.release(int(drawn_ids.size))
+            counts = live.counts()
+        assert data is not None
+        sample_bytes = data.x.itemsize * data.x.shape[1] + data.y.itemsize
         stream = StreamReport(
             rate=drawn.rate,
             wait_s=drawn.wait_s,
             buffer_samples=drawn.peak_samples,
             buffer_bytes=drawn.peak_samples * sample_bytes,
             samples=int(sum(b.size for b in batches)),
+            live=counts,
         )
     shared = None
     if config.inject_partitions is not None and partition_id in config.inject_partitions:

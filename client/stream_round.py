@@ -16,7 +16,9 @@ from flwr.app import RecordDict
 from numpy.typing import NDArray
 
 from client.buffer import StreamBuffer, next_step
-from client.streams import ReplayStream, WallClock
+from client.live_stream import LiveStream
+from client.streams import ReplayStream, StreamSource, WallClock
+from common.data import data_spec
 from common.rates import client_rate
 from common.settings import Settings
 
@@ -41,9 +43,13 @@ def draw_stream_round(
     batch_size: int,
     rate: float | None = None,
     wall: WallClock | None = None,
+    live: LiveStream | None = None,
 ) -> StreamRound:
     """``rate``: the node's own rate (its node config), else the run's drawn one;
-    ``wall``: real time (a device) instead of the virtual ``start_s``."""
+    ``wall``: real time (a device) instead of the virtual ``start_s``; ``live``: the agent's
+    live stream instead of a replay (its own clock, buffer and waits)."""
+    if live is not None:
+        return _draw_live(live, settings, local_steps, batch_size)
     if rate is None:
         rate = client_rate(
             settings.stream_rates,
@@ -76,3 +82,31 @@ def draw_stream_round(
     source.to_state(state)
     buffer.to_state(state)
     return StreamRound(batches=batches, rate=rate, wait_s=wait_s, peak_samples=peak)
+
+
+def _draw_live(
+    live: LiveStream, settings: Settings, local_steps: int, batch_size: int
+) -> StreamRound:
+    """The round's batches from a live stream: each step at the agent's current time."""
+    spec = data_spec(settings)
+    live.configure(
+        spec.num_features, spec.num_classes, settings.buffer_policy, settings.buffer_capacity
+    )
+    buffer = live.buffer
+    assert buffer is not None
+    source: StreamSource = live
+    batches, wait_s, peak = [], 0.0, 0
+    for _ in range(local_steps):
+        step = next_step(
+            source,
+            buffer,
+            live.now_s(),
+            settings.batch_policy,
+            batch_size=batch_size,
+            batch_min=settings.batch_min,
+            batch_max=settings.batch_max,
+        )
+        batches.append(step.batch)
+        wait_s += step.wait_s  # waited inside the stream, in real time
+        peak = max(peak, step.occupancy)
+    return StreamRound(batches=batches, rate=live.rate, wait_s=wait_s, peak_samples=peak)

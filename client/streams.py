@@ -37,7 +37,10 @@ def _count(arrived: float) -> int:
 
 
 class StreamSource(Protocol):
-    rate: float  # samples/s now
+    @property
+    def rate(self) -> float:
+        """Samples/s now."""
+        ...
 
     def read_until(self, time_s: float) -> NDArray[np.int64]:
         """Ids of the samples that arrived since the last read, up to ``time_s``."""

@@ -14,11 +14,11 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.processes import stop_tree
 from scripts.run_simulation import free_port
+from wire.stream_samples import BrokerAddress
 
 SYSTEM_MOSQUITTO = Path("/usr/sbin/mosquitto")  # Debian's path, often not on a user's PATH
 MISSING = (
@@ -30,15 +30,6 @@ READY_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 20
 
 
-@dataclass(frozen=True)
-class BrokerAddress:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
 def mosquitto_path() -> str | None:
     """The mosquitto executable, or None when it is not installed."""
     found = shutil.which("mosquitto")
@@ -47,21 +38,6 @@ def mosquitto_path() -> str | None:
     if SYSTEM_MOSQUITTO.is_file() and os.access(SYSTEM_MOSQUITTO, os.X_OK):
         return str(SYSTEM_MOSQUITTO)
     return None
-
-
-def parse_broker(text: str) -> BrokerAddress:
-    """``"host:port"`` (a command-line argument) -> BrokerAddress; ValueError says what is off."""
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"broker {text!r} is not host:port (e.g. 127.0.0.1:1883)")
-    host = host.removeprefix("[").removesuffix("]")  # [::1]:1883
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"broker {text!r}: port {port_text!r} is not a number") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"broker {text!r}: port {port} is outside 1..65535")
-    return BrokerAddress(host, port)
 
 
 def broker_config(port: int) -> str:

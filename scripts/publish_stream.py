@@ -32,9 +32,15 @@ from client.streams import ReplayStream
 from common.data import ArrayData, client_partition
 from common.rates import STREAM_OFF, client_rate
 from common.settings import ConfigError, Settings
-from scripts.broker import BrokerAddress, parse_broker
 from scripts.run_simulation import parse_overrides, resolve_settings
-from wire.stream_samples import DEFAULT_TOPIC_PREFIX, StreamSample, encode_sample, sample_topic
+from wire.stream_samples import (
+    DEFAULT_TOPIC_PREFIX,
+    BrokerAddress,
+    StreamSample,
+    encode_sample,
+    parse_broker,
+    sample_topic,
+)
 
 ClientFactory = Callable[[], mqtt.Client]  # a connected client whose network loop runs
 CONNECT_TIMEOUT_S = 10.0

@@ -34,10 +34,13 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from client.live_stream import open_session
 from common.rates import STREAM_OFF, client_rate
 from common.settings import PROJECT_ROOT, Settings
+from scripts.broker import local_broker
 from scripts.make_certificates import make_certificates, write_private_key
 from scripts.processes import kill_tree, stop_tree
+from scripts.publish_stream import publisher_command
 from scripts.run_simulation import (
     CONNECTION,
     FLWR_DIR,
@@ -49,6 +52,7 @@ from scripts.run_simulation import (
     resolve_settings,
     write_connection,
 )
+from wire.stream_samples import BrokerAddress
 
 SUPEREXEC_POLL_S = 0.1  # Flower's SuperExec (no agent) polls its SuperNode this often
 AGENT_SECRET = "agent-secret"  # file name: the SuperExec auth secret a node and its agent share
@@ -61,10 +65,12 @@ class NodeRuntime:
     ``agents``: an ``edgeflex-agent`` per node, the SuperNode in ``--isolation process``
     (no process per message); ``short_polls``: ``edgeflex-supernode`` instead of
     ``flower-supernode`` and ``short-polls = true`` for the ServerApp (flwr 1.42.x only;
-    ``common.flower_polls``)."""
+    ``common.flower_polls``); ``mqtt``: agents train on samples a replay publisher per node
+    sends through a local mosquitto (needs ``agents``)."""
 
     agents: bool = False
     short_polls: bool = False
+    mqtt: bool = False  # a mosquitto on loopback, a publisher per node, agents subscribed
 
 
 @dataclass
@@ -81,6 +87,7 @@ class Federation:
     supernodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     runtime_ports: dict[int, int] = field(default_factory=dict)  # each node's Runtime API
+    broker: BrokerAddress | None = None  # runtime.mqtt: the local mosquitto
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)  # to stop, all
 
     def env(self) -> dict[str, str]:
@@ -157,12 +164,27 @@ class Federation:
                 f"127.0.0.1:{self.runtime_ports[index]}",
                 "--superexec-auth-secret-file",
                 str(self.secret),
+                *(
+                    []
+                    if self.broker is None
+                    else ["--mqtt", str(self.broker), "--partition-id", str(index)]
+                ),
             ],
             f"agent-{index}.log",
             home,
         )
         self.agents[index] = proc
         return proc
+
+    def start_publisher(self, index: int) -> subprocess.Popen[bytes]:
+        """Replay partition ``index`` to its topic at its rate, until stopped."""
+        assert self.broker is not None
+        home = self.flwr_home / f"publisher-{index}"
+        home.mkdir(parents=True, exist_ok=True)
+        run_config = format_overrides(self.settings.to_run_config())
+        return self._popen(
+            publisher_command(self.broker, index, run_config), f"publisher-{index}.log", home
+        )
 
     def crash_agent(self, index: int) -> None:
         """SIGKILL the agent of partition ``index`` (its SuperNode stays up)."""
@@ -250,6 +272,11 @@ def local_federation(
     """A SuperLink and ``num-clients`` SuperNodes on loopback, each stopped by PID on exit."""
     flwr_home = FLWR_DIR / f"federation-{os.getpid()}-{time.monotonic_ns()}"
     logs_dir.mkdir(parents=True, exist_ok=True)
+    if runtime.mqtt and not runtime.agents:
+        raise ValueError(
+            "MQTT streams need the agents (--agents): a ClientApp process per "
+            "message has nowhere to keep a subscription"
+        )
     tls_args: list[str] | None = None
     ca_file: Path | None = None
     if tls:
@@ -264,13 +291,16 @@ def local_federation(
             "--enable-supernode-auth",
         ]
     try:
-        with local_superlink(
-            flwr_home,
-            logs_dir / "superlink.log",
-            simulation=False,
-            tls_args=tls_args,
-            ca_file=ca_file,
-        ) as port:
+        with (
+            contextlib.ExitStack() as stack,
+            local_superlink(
+                flwr_home,
+                logs_dir / "superlink.log",
+                simulation=False,
+                tls_args=tls_args,
+                ca_file=ca_file,
+            ) as port,
+        ):
             write_connection(flwr_home, port, ca_file)
             federation = Federation(
                 flwr_home,
@@ -286,9 +316,18 @@ def local_federation(
             if runtime.agents:
                 federation.secret.write_bytes(secrets.token_bytes(32))
                 federation.secret.chmod(0o600)
+            if runtime.mqtt:
+                federation.broker = stack.enter_context(
+                    local_broker(flwr_home / "broker", logs_dir / "mosquitto.log")
+                )
+                for index in range(settings.num_clients):  # before anything is published
+                    open_session(federation.broker, index)
             try:
                 for index in range(settings.num_clients):
                     federation.start_node(index)
+                if runtime.mqtt:
+                    for index in range(settings.num_clients):
+                        federation.start_publisher(index)
                 yield federation
             finally:
                 federation.stop_all_nodes()  # before the SuperLink
@@ -363,8 +402,16 @@ def main(argv: list[str] | None = None) -> int:
         help="shorten Flower's fixed waits: edgeflex-supernode (idle poll 0.1 s, not 3 s) and "
         "short-polls = true (flwr 1.42.x only)",
     )
+    parser.add_argument(
+        "--mqtt",
+        action="store_true",
+        help="streams over MQTT: a mosquitto on loopback, a replay publisher per node, agents "
+        "subscribed (implies --agents)",
+    )
     args = parser.parse_args(argv)
-    runtime = NodeRuntime(agents=args.agents, short_polls=args.short_polls)
+    runtime = NodeRuntime(
+        agents=args.agents or args.mqtt, short_polls=args.short_polls, mqtt=args.mqtt
+    )
     return launch(
         lambda overrides: run(overrides, tls=args.tls, runtime=runtime),
         args.run_config,

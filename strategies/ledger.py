@@ -7,6 +7,7 @@ collective the topology names), and turns them into the round's ``RoundStats``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +91,17 @@ def stream_summary(participants: Sequence[Participant], local_steps: int) -> dic
         "batch_max": max(sizes),
         "global_batch": sum(sizes),
         "rate_total": sum(r.rate for r in reports),
+    } | live_summary(streaming)
+
+
+def live_summary(streaming: Sequence[Participant]) -> dict[str, Any]:
+    """Live streams (MQTT): each client's running counts, by partition id; {} for replays."""
+    live = {
+        str(p.partition_id): dataclasses.asdict(p.reply.stream.live)
+        for p in streaming
+        if p.reply.stream is not None and p.reply.stream.live is not None
     }
+    return {"live": live} if live else {}
 
 
 @dataclass(frozen=True)

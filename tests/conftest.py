@@ -8,7 +8,7 @@ import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
 if TYPE_CHECKING:  # scripts.broker imports the launchers' modules: only the MQTT tests pay
-    from scripts.broker import BrokerAddress
+    from wire.stream_samples import BrokerAddress
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ NEW_SETTINGS = {
     "robust": "clip-screen",
     "robust-clip": 3.0,
     "robust-trim": 0.2,
+    "short-polls": False,
 }
 RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
 

@@ -61,6 +61,21 @@ BUFFER_SAMPLES = "buffer-samples"  # samples buffered when the batch was drawn (
 BUFFER_BYTES = "buffer-bytes"  # the same in bytes (features and label)
 STREAM_SAMPLES = "stream-samples"  # own stream samples trained on (relayed ones not counted)
 STREAM_METRICS = (STREAM_RATE, WAIT_S, BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)
+# A live stream (MQTT, in the device's agent) adds its running counts since the agent started
+LIVE_PUBLISHED = "live-published"  # samples the publisher says it sent (from their seq)
+LIVE_RECEIVED = "live-received"  # valid samples that reached the buffer
+LIVE_INVALID = "live-invalid"  # messages refused by the sample decoder (dropped)
+LIVE_TRAINED = "live-trained"  # samples drawn into batches
+LIVE_DROPPED = "live-dropped"  # samples the buffer policy dropped (capacity, truncation)
+LIVE_BUFFERED = "live-buffered"  # samples in the buffer after the round
+LIVE_METRICS = (
+    LIVE_PUBLISHED,
+    LIVE_RECEIVED,
+    LIVE_INVALID,
+    LIVE_TRAINED,
+    LIVE_DROPPED,
+    LIVE_BUFFERED,
+)
 # timing = "measured": the client's wall clock (Unix seconds) when its handler began and when
 # its reply was made, with every reply
 RECEIVED_AT = "received-at"

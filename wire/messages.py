@@ -11,6 +11,7 @@ Arrays are checked by whoever knows what this phase expects (the collective), no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from wire.keys import (
     INJECT_KEY,
     INJECT_PARTITIONS,
     LEARNING_RATE,
+    LIVE_METRICS,
     LOCAL_STEPS,
     METRICS_KEY,
     MODEL_KEY,
@@ -301,6 +303,44 @@ class PhaseRequest:
 
 
 @dataclass(frozen=True)
+class LiveCounts:
+    """A live stream's running counts since its agent started: every sample that reached the
+    buffer was trained on, dropped by the buffer policy, or is still buffered."""
+
+    published: int
+    received: int
+    invalid: int
+    trained: int
+    dropped: int
+    buffered: int
+
+    def to_metrics(self) -> dict[str, int]:
+        return dict(zip(LIVE_METRICS, dataclasses.astuple(self), strict=True))
+
+    @classmethod
+    def parse(cls, metrics: Mapping[str, Any]) -> LiveCounts | None:
+        """None when the reply carries none; ValueError names a bad or inconsistent one."""
+        present = [key for key in LIVE_METRICS if key in metrics]
+        if not present:
+            return None
+        if len(present) != len(LIVE_METRICS):
+            missing = sorted(set(LIVE_METRICS) - set(present))
+            raise ValueError(f"live stream counts incomplete: {', '.join(missing)} missing")
+        for key in LIVE_METRICS:
+            value = metrics[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} {value!r} is not an integer >= 0")
+        counts = cls(*(int(metrics[key]) for key in LIVE_METRICS))
+        accounted = counts.trained + counts.dropped + counts.buffered
+        if accounted != counts.received:
+            raise ValueError(
+                f"live counts do not add up: trained {counts.trained} + dropped "
+                f"{counts.dropped} + buffered {counts.buffered} != received {counts.received}"
+            )
+        return counts
+
+
+@dataclass(frozen=True)
 class StreamReport:
     """A streaming client's round: its rate, its wait, its buffer and its own samples."""
 
@@ -309,15 +349,19 @@ class StreamReport:
     buffer_samples: int
     buffer_bytes: int
     samples: int  # own stream samples trained on this round (all local steps)
+    live: LiveCounts | None = None  # a live stream's running counts
 
     def to_metrics(self) -> dict[str, int | float]:
-        return {
+        metrics: dict[str, int | float] = {
             STREAM_RATE: self.rate,
             WAIT_S: self.wait_s,
             BUFFER_SAMPLES: self.buffer_samples,
             BUFFER_BYTES: self.buffer_bytes,
             STREAM_SAMPLES: self.samples,
         }
+        if self.live is not None:
+            metrics.update(self.live.to_metrics())
+        return metrics
 
     @classmethod
     def parse(cls, metrics: Mapping[str, Any]) -> StreamReport | None:
@@ -345,6 +389,7 @@ class StreamReport:
             counts[BUFFER_SAMPLES],
             counts[BUFFER_BYTES],
             counts[STREAM_SAMPLES],
+            LiveCounts.parse(metrics),
         )
 
 

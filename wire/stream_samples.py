@@ -187,3 +187,27 @@ def decode_sample(
             f"sample field {LABEL!r} = {_shown(y)} is not an integer label in 0..{classes - 1}"
         )
     return StreamSample(seq=seq, sent_at=sent_at, x=x, y=y)
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_broker(text: str) -> BrokerAddress:
+    """``"host:port"`` (a command-line argument) -> BrokerAddress; ValueError says what is off."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"broker {text!r} is not host:port (e.g. 127.0.0.1:1883)")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:1883
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"broker {text!r}: port {port_text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"broker {text!r}: port {port} is outside 1..65535")
+    return BrokerAddress(host, port)

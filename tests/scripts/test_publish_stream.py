@@ -18,10 +18,16 @@ import pytest
 from client.streams import ReplayStream
 from common.data import DIGITS_SPEC, ArrayData, client_partition
 from common.settings import settings_with
-from scripts.broker import CONFIG_NAME, BrokerAddress, local_broker, parse_broker
+from scripts.broker import CONFIG_NAME, local_broker
 from scripts.processes import process_tree
 from scripts.publish_stream import PublishResult, publish, publish_partition, publisher_command
-from wire.stream_samples import StreamSample, decode_sample, sample_topic
+from wire.stream_samples import (
+    BrokerAddress,
+    StreamSample,
+    decode_sample,
+    parse_broker,
+    sample_topic,
+)
 
 WAIT_S = 10.0
 RUN_CONFIG = "num-clients=3 stream-rates=S1-normal"

@@ -1,0 +1,265 @@
+"""A device's live stream: samples that arrive over MQTT while its agent runs.
+
+The agent subscribes to its node's topic (``wire.stream_samples.sample_topic``) with QoS 1 in
+a persistent session (client id ``edgeflex-node-<partition-id>``, clean session off), so what
+is published while the agent is down waits at the broker and arrives when it comes back.
+paho's network thread decodes each message (``decode_sample``: a bad one is counted and
+dropped, never raised) and appends it to an in-memory store; the ClientApp reads the store
+through the ``StreamSource`` protocol in the agent's wall-clock time:
+
+- ``read_until(t)``: ids of the samples that reached the agent up to ``t`` (waiting for ``t``
+  if it is still ahead);
+- ``time_until(count)``: blocks until ``count`` more samples arrived (at most
+  ``max_wait_s``) and says how long that took, so the batch policy's waits are real waits.
+
+The buffer (``StreamBuffer``: persistence or truncation, capacity) lives here too, not in
+``context.state``: its ids name samples in this process's memory. Samples the buffer no
+longer holds are released. The rate is measured from the publishers' own stamps (``t``) of the
+latest samples, so a burst the broker kept while the agent was down does not inflate it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import paho.mqtt.client as mqtt
+from numpy.typing import NDArray
+
+from client.buffer import StreamBuffer
+from common.data import ArrayData
+from wire.messages import LiveCounts
+from wire.stream_samples import (
+    DEFAULT_TOPIC_PREFIX,
+    BrokerAddress,
+    SampleError,
+    decode_sample,
+    sample_topic,
+)
+
+LIVE_WAIT_MAX_S = 30.0  # longest a step waits for samples that do not come
+RATE_WINDOW = 64  # samples whose publish stamps measure the rate
+PENDING_MAX = 100_000  # messages held before the run says what a sample looks like
+QOS = 1
+
+
+class LiveStream:
+    """Samples from one MQTT topic, buffered for training (thread-safe)."""
+
+    live = True  # waits happen inside read_until/time_until, not in the caller
+
+    def __init__(
+        self,
+        partition_id: int,
+        *,
+        max_wait_s: float = LIVE_WAIT_MAX_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.partition_id = partition_id
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+        self._epoch = clock()
+        self._arrived = threading.Condition()
+        self._pending: deque[bytes] = deque(maxlen=PENDING_MAX)  # before the shape is known
+        self._shape: tuple[int, int] | None = None  # (features, classes)
+        self._x: list[NDArray[np.float32]] = []
+        self._y: list[int] = []
+        self._at: list[float] = []  # stream seconds each sample reached the store
+        self._stamps: deque[float] = deque(maxlen=RATE_WINDOW)  # publishers' t
+        self._first_id = 0  # id of self._x[0]: released samples are gone
+        self._read = 0  # next id to hand out
+        self.clock_s = 0.0  # the time read up to
+        self.buffer: StreamBuffer | None = None
+        self.published = self.received = self.invalid = self.trained = 0
+        self._last_seq: int | None = None
+        self._published_before = 0  # publisher sessions that ended (seq went back)
+        self._dropped_before = 0  # by buffers a change of policy replaced
+
+    # --- arrivals (paho's thread) -------------------------------------------------------------
+
+    def on_payload(self, payload: bytes) -> None:
+        with self._arrived:
+            if self._shape is None:
+                self._pending.append(payload)
+            else:
+                self._add(payload)
+            self._arrived.notify_all()
+
+    def _add(self, payload: bytes) -> None:
+        assert self._shape is not None
+        try:
+            sample = decode_sample(payload, features=self._shape[0], classes=self._shape[1])
+        except SampleError:
+            self.invalid += 1
+            return
+        if self._last_seq is not None and sample.seq <= self._last_seq:
+            self._published_before += self._last_seq + 1  # a new publisher session
+        self._last_seq = sample.seq
+        self.published = self._published_before + sample.seq + 1
+        self._x.append(sample.x)
+        self._y.append(sample.y)
+        self._at.append(self.now_s())
+        self._stamps.append(sample.sent_at)
+
+    def configure(self, features: int, classes: int, policy: str, capacity: int) -> None:
+        """What the run's samples look like and how it buffers them (each round: a run with
+        another shape or policy starts a new buffer)."""
+        with self._arrived:
+            if self._shape != (features, classes):
+                self._shape = (features, classes)
+                while self._pending:
+                    self._add(self._pending.popleft())
+            buffer = self.buffer
+            if buffer is None or (buffer.policy, buffer.capacity) != (policy, capacity):
+                if buffer is not None:  # what the old buffer held is dropped with it
+                    self._dropped_before += buffer.dropped + len(buffer)
+                self.buffer = StreamBuffer(policy, capacity)
+
+    # --- StreamSource ---------------------------------------------------------------------------
+
+    def now_s(self) -> float:
+        return self._clock() - self._epoch
+
+    @property
+    def rate(self) -> float:
+        """Samples/s from the publishers' stamps of the latest samples (else since start)."""
+        with self._arrived:
+            stamps = list(self._stamps)
+            if len(stamps) >= 2 and stamps[-1] > stamps[0]:
+                return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+            return max(len(self._x) + self._first_id, 1) / max(self.now_s(), 1e-3)
+
+    def _count_until(self, time_s: float) -> int:
+        """Ids < this one reached the store by ``time_s``."""
+        stop = self._read
+        end = self._first_id + len(self._at)
+        while stop < end and self._at[stop - self._first_id] <= time_s:
+            stop += 1
+        return stop
+
+    def read_until(self, time_s: float) -> NDArray[np.int64]:
+        delay = time_s - self.now_s()
+        if delay > 0:
+            time.sleep(delay)
+        with self._arrived:
+            stop = self._count_until(time_s)
+            ids = np.arange(self._read, stop, dtype=np.int64)
+            self._read = stop
+            self.received += ids.size
+            self.clock_s = max(self.clock_s, time_s)
+            return ids
+
+    def time_until(self, count: int) -> float:
+        if count <= 0:
+            return 0.0
+        deadline = self.now_s() + self.max_wait_s
+        with self._arrived:
+            while True:
+                unread = self._first_id + len(self._at) - self._read
+                if unread >= count:
+                    arrival = self._at[self._read + count - 1 - self._first_id]
+                    return max(0.0, arrival - self.clock_s)
+                left = deadline - self.now_s()
+                if left <= 0:
+                    return max(0.0, self.now_s() - self.clock_s)
+                self._arrived.wait(left)
+
+    # --- the round's data ---------------------------------------------------------------------
+
+    def samples(self, ids: NDArray[np.int64]) -> ArrayData:
+        """Features and labels of samples still held."""
+        with self._arrived:
+            if ids.size and (ids.min() < self._first_id or ids.max() >= self._read):
+                raise ValueError(f"samples {ids.min()}..{ids.max()} are not held")
+            rows = (ids - self._first_id).tolist()
+            x = np.stack([self._x[i] for i in rows]) if rows else np.empty((0, 0), np.float32)
+            y = np.asarray([self._y[i] for i in rows], dtype=np.int64)
+        return ArrayData(x=x.astype(np.float32), y=y)
+
+    def release(self, trained: int) -> None:
+        """After a round: count what was trained on, forget what the buffer no longer holds."""
+        with self._arrived:
+            self.trained += trained
+            held = self.buffer.ids if self.buffer is not None else np.empty(0, np.int64)
+            keep_from = int(held.min()) if held.size else self._read
+            drop = keep_from - self._first_id
+            if drop > 0:
+                del self._x[:drop], self._y[:drop], self._at[:drop]
+                self._first_id = keep_from
+
+    def counts(self) -> LiveCounts:
+        with self._arrived:
+            buffer = self.buffer
+            return LiveCounts(
+                published=self.published,
+                received=self.received,
+                invalid=self.invalid,
+                trained=self.trained,
+                dropped=self._dropped_before + (0 if buffer is None else buffer.dropped),
+                buffered=0 if buffer is None else len(buffer),
+            )
+
+
+def subscribe(
+    stream: LiveStream, broker: BrokerAddress, topic_prefix: str = DEFAULT_TOPIC_PREFIX
+) -> mqtt.Client:
+    """Connect ``stream`` to its topic: QoS 1, a persistent session, reconnecting by itself."""
+    topic = sample_topic(topic_prefix, stream.partition_id)
+    client = mqtt.Client(
+        callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+        client_id=session_id(stream.partition_id),
+        clean_session=False,
+    )
+
+    def on_connect(c: mqtt.Client, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        if not code.is_failure:
+            c.subscribe(topic, qos=QOS)
+
+    def on_message(c: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        stream.on_payload(bytes(message.payload))
+
+    client.on_connect = on_connect
+    client.on_message = on_message
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    return client
+
+
+def session_id(partition_id: int) -> str:
+    """The node's MQTT client id: its persistent session at the broker."""
+    return f"edgeflex-node-{partition_id}"
+
+
+def open_session(
+    broker: BrokerAddress,
+    partition_id: int,
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create the node's persistent session (subscribed, QoS 1) and leave: from now on the
+    broker keeps the node's samples until its agent takes them, whenever it starts."""
+    client = mqtt.Client(
+        callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+        client_id=session_id(partition_id),
+        clean_session=False,
+    )
+    done = threading.Event()
+
+    def on_connect(c: mqtt.Client, userdata: Any, flags: Any, code: Any, props: Any) -> None:
+        if not code.is_failure:
+            c.subscribe(sample_topic(topic_prefix, partition_id), qos=QOS)
+
+    client.on_connect = on_connect
+    client.on_subscribe = lambda *args: done.set()
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        if not done.wait(timeout_s):
+            raise RuntimeError(f"MQTT broker {broker} did not confirm the subscription")
+    finally:
+        client.disconnect()
+        client.loop_stop()
