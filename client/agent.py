@@ -97,13 +97,17 @@ def check_app(run: Run) -> None:
         )
 
 
-def _runtime_client(address: str, interceptors: list[object]) -> RuntimeHttpClient:
+def _runtime_client(
+    address: str, interceptors: list[object], *, retry: bool = True
+) -> RuntimeHttpClient:
+    """A client of the SuperNode's Runtime API. Flower's retries wait out an unreachable
+    SuperNode, and stop this process (SIGINT) when it refuses our secret."""
     return RuntimeHttpClient.from_server_address(
         server_address=address,
         insecure=True,  # the Runtime API is the SuperNode's loopback port
         root_certificates=None,
         interceptors=interceptors,  # type: ignore[arg-type]
-        retry_invoker=make_simple_http_retry_invoker(),
+        retry_invoker=make_simple_http_retry_invoker() if retry else None,
     )
 
 

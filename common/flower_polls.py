@@ -30,8 +30,9 @@ PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 0.01, 0.5  # Flower's: 1 s, doubling up to 
 POLL_RANGE_S = (0.01, 3.0)
 
 
-def check_flower(version: str = flwr.__version__) -> None:
-    """ValueError unless this is the Flower the patches were read against."""
+def check_flower(version: str | None = None) -> None:
+    """ValueError unless this (or ``version``) is the Flower the patches were read against."""
+    version = flwr.__version__ if version is None else version
     if not version.startswith(SUPPORTED_FLWR):
         raise ValueError(
             f"short-polls patches flwr {SUPPORTED_FLWR}x only; this is flwr {version}: "

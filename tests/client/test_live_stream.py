@@ -1,0 +1,161 @@
+"""The agent's live stream against a real mosquitto on loopback (the session's broker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import paho.mqtt.client as mqtt
+import pytest
+
+from client.live_stream import LiveStream, open_session, subscribe
+from client.stream_round import draw_stream_round
+from client.streams import ReplayStream
+from common.data import client_partition, data_spec
+from common.settings import settings_with
+from scripts.publish_stream import publish
+from wire.stream_samples import BrokerAddress, StreamSample, encode_sample, sample_topic
+
+pytestmark = pytest.mark.usefixtures("mqtt_broker")
+SETTINGS = settings_with(
+    num_clients=3, stream_rates="S1-normal", batch_policy="rate", buffer_policy="persistence"
+)
+SPEC = data_spec(SETTINGS)
+
+
+def _wait(condition: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _live(
+    broker: BrokerAddress, partition_id: int, prefix: str, **kw: float
+) -> tuple[LiveStream, mqtt.Client]:
+    open_session(broker, partition_id, prefix)  # the broker keeps what comes from now on
+    stream = LiveStream(partition_id, **kw)
+    stream.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
+    return stream, subscribe(stream, broker, prefix)
+
+
+def _unread(stream: LiveStream) -> int:
+    return stream._first_id + len(stream._at) - stream._read  # noqa: SLF001
+
+
+def test_every_published_sample_is_trained_on_in_publish_order(mqtt_broker: BrokerAddress) -> None:
+    stream, client = _live(mqtt_broker, 101, "t-order", max_wait_s=0.5)
+    data = client_partition(SETTINGS, 0)
+    try:
+        result = publish(
+            mqtt_broker,
+            data,
+            topic=sample_topic("t-order", 101),
+            rate=400.0,
+            seed=(7, 0),
+            count=60,
+        )
+        assert result.published == 60
+        _wait(lambda: _unread(stream) == 60)
+        drawn = draw_stream_round(
+            {},  # type: ignore[arg-type]  # live rounds keep nothing in context.state
+            SETTINGS,
+            partition_id=101,
+            partition_size=0,
+            start_s=0.0,
+            server_round=1,
+            local_steps=2,
+            batch_size=32,
+            live=stream,
+        )
+        ids = np.concatenate(drawn.batches)
+        trained = stream.samples(ids)
+        stream.release(int(ids.size))
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    # The first step takes all 60 (a rate batch), the second waits 0.5 s for batch-min more:
+    # none come, it trains on none.
+    counts = stream.counts()
+    assert counts.published == counts.received == 60
+    assert counts.trained + counts.dropped + counts.buffered == counts.received
+    order = ReplayStream(len(data), 400.0, (7, 0)).read_until(60 / 400.0 + 1.0)[:60]
+    np.testing.assert_array_equal(trained.x[:60], data.x[order])
+    np.testing.assert_array_equal(trained.y[:60], data.y[order])
+    assert drawn.rate == pytest.approx(400.0, rel=0.1)  # from the publisher's stamps
+
+
+def test_bad_messages_are_counted_and_dropped(mqtt_broker: BrokerAddress) -> None:
+    stream, client = _live(mqtt_broker, 102, "t-bad")
+    good = StreamSample(seq=0, sent_at=time.time(), x=np.zeros(SPEC.num_features, np.float32), y=3)
+    bad = [
+        b"not json",
+        encode_sample(StreamSample(0, 1.0, np.zeros(3, np.float32), 1)),  # wrong length
+        b'{"seq": 1, "t": 1.0, "x": [], "y": 99}',
+        b"\xff" * 100,
+    ]
+    sender = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2)
+    sender.connect(mqtt_broker.host, mqtt_broker.port)
+    sender.loop_start()
+    try:
+        for payload in [*bad, encode_sample(good)]:
+            sender.publish(sample_topic("t-bad", 102), payload, qos=1).wait_for_publish(5)
+        _wait(lambda: stream.invalid == len(bad) and _unread(stream) == 1)
+        ids = stream.read_until(stream.now_s())
+    finally:
+        for c in (sender, client):
+            c.disconnect()
+            c.loop_stop()
+    assert ids.size == 1 and stream.samples(ids).y.tolist() == [3]
+    assert stream.counts().invalid == len(bad)
+
+
+def test_a_wait_lasts_until_the_samples_arrive_or_gives_up(mqtt_broker: BrokerAddress) -> None:
+    stream, client = _live(mqtt_broker, 103, "t-wait", max_wait_s=0.3)
+    data = client_partition(SETTINGS, 1)
+    try:
+        began = time.monotonic()
+        stream.time_until(1)  # nothing comes
+        assert 0.3 <= time.monotonic() - began < 2.0
+        stream.read_until(stream.now_s())
+        stream.max_wait_s = 10.0
+        publisher = threading.Thread(
+            target=publish,
+            args=(mqtt_broker, data),
+            kwargs={"topic": sample_topic("t-wait", 103), "rate": 20.0, "seed": 1, "count": 4},
+        )
+        publisher.start()
+        start = stream.clock_s
+        waited = stream.time_until(4)  # 4 samples at 20/s: about 0.2 s after the publisher starts
+        got = stream.read_until(start + waited)
+        publisher.join()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    assert got.size == 4
+    assert 0.1 < waited < 5.0
+
+
+def test_what_is_published_while_the_agent_is_down_waits_at_the_broker(
+    mqtt_broker: BrokerAddress,
+) -> None:
+    data = client_partition(SETTINGS, 2)
+    topic = sample_topic("t-restart", 104)
+    first, client = _live(mqtt_broker, 104, "t-restart")
+    publish(mqtt_broker, data, topic=topic, rate=500.0, seed=1, count=10)
+    _wait(lambda: _unread(first) == 10)
+    client.disconnect()  # the agent stops (its session stays at the broker)
+    client.loop_stop()
+    publish(mqtt_broker, data, topic=topic, rate=500.0, seed=2, count=25)
+    second = LiveStream(104)  # a restarted agent: nothing in memory
+    second.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
+    client = subscribe(second, mqtt_broker, "t-restart")
+    try:
+        _wait(lambda: _unread(second) == 25)
+        second.read_until(second.now_s())
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    counts = second.counts()
+    assert counts.received == counts.published == 25  # the second publisher's, all of them
