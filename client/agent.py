@@ -56,10 +56,11 @@ from flwr.supercore.interceptors import (
     SuperExecAuthHttpInterceptor,
 )
 from flwr.supercore.retry import make_simple_http_retry_invoker
-from flwr.supercore.run import Run
+from flwr.supercore.run import Run, RunNotRunningException
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+from common.flower_polls import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
@@ -67,9 +68,6 @@ log = logging.getLogger("edgeflex.agent")
 APP_ID = "edgeflex/edgeflex"  # publisher/name of the app bundle this agent can run
 ACQUIRE_METHOD = "/flwr.proto.Runtime/AcquireTask"  # what the SuperNode's secret protects
 DEFAULT_POLL_S = 0.1
-# A task can be acquired before its SuperNode holds all of the message's objects; Flower's
-# own pull backs off 1 s first, longer than a whole round here.
-PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 0.01, 0.5
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,9 @@ def check_app(run: Run) -> None:
 def _runtime_client(
     address: str, interceptors: list[object], *, retry: bool = True
 ) -> RuntimeHttpClient:
-    """A client of the SuperNode's Runtime API. Flower's retries wait out an unreachable
-    SuperNode, and stop this process (SIGINT) when it refuses our secret."""
+    """A client of the SuperNode's Runtime API. With ``retry``, Flower's retries wait out an
+    unreachable SuperNode, and stop this process (SIGINT: the agent exits) when the SuperNode
+    refuses its secret."""
     return RuntimeHttpClient.from_server_address(
         server_address=address,
         insecure=True,  # the Runtime API is the SuperNode's loopback port
@@ -112,14 +111,15 @@ def _runtime_client(
 
 
 def _heartbeat(client: RuntimeHttpClient) -> Callable[[], bool]:
-    """Keep the task's token alive while it runs (Flower's own sends SIGINT on a refusal;
-    the agent keeps serving: a push with a dead token fails on its own)."""
+    """Keep the task's token alive while it runs. Flower's own raises SIGINT when the
+    SuperNode refuses a beat; here a refused beat only ends the beats: the push with the
+    dead token then fails, and the agent goes on to the next task."""
     request = SendTaskHeartbeatRequest()
 
     def beat() -> bool:
         try:
             client.SendTaskHeartbeat(request)
-        except Exception:  # noqa: BLE001 - a missed beat is retried by HeartbeatSender
+        except (Exception, RunNotRunningException):  # a missed beat is retried
             return False
         return True
 
@@ -128,8 +128,10 @@ def _heartbeat(client: RuntimeHttpClient) -> Callable[[], bool]:
 
 def pull_task_input(client: RuntimeHttpClient) -> tuple[Message, Context, Run]:
     """The task's message, the node's context and the run: Flower's ``pull_task_input``
-    (flwr 1.42 ``supernode/runtime/run_clientapp.py``) with a short pull backoff, and
-    without the app bundle (the agent runs its installed code)."""
+    (flwr 1.42 ``supernode/runtime/run_clientapp.py``) without the app bundle (the agent runs
+    its installed code), and with a short pull back-off: a task can be acquired before its
+    SuperNode holds all of the message's objects, and Flower's first back-off (1 s) is longer
+    than a whole round here."""
     task = client.PullTaskInput(PullTaskInputRequest())
     context = context_from_proto(task.context)
     run = run_from_proto(task.run)
@@ -154,13 +156,15 @@ def pull_task_input(client: RuntimeHttpClient) -> tuple[Message, Context, Run]:
 
 def run_task(address: str, token: str, app: ClientApp) -> str:
     """Run one acquired task: pull, call the app, push the reply and the context.
-    Returns the task's sub-status; an exception in the app becomes an error reply."""
-    client = _runtime_client(
+    Returns the task's sub-status; whatever goes wrong is logged and ends this task only
+    (an exception in the app becomes an error reply, as in Flower's own ClientApp process)."""
+    client = _runtime_client(  # no retries: a task that cannot reach its SuperNode fails
         address,
         [
             RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
             RuntimeTokenHttpInterceptor(token),
         ],
+        retry=False,
     )
     heartbeat = HeartbeatSender(_heartbeat(client))
     heartbeat.start()
@@ -180,7 +184,7 @@ def run_task(address: str, token: str, app: ClientApp) -> str:
             pulled_at - message.metadata.created_at,
             time.time() - pulled_at,
         )
-    except Exception as exc:  # noqa: BLE001 - one bad task must not stop the agent
+    except (Exception, RunNotRunningException) as exc:  # one bad task must not stop the agent
         details = f"{type(exc).__name__}: {exc}"
         log.error("task failed: %s", details)
         if message is not None:
@@ -188,14 +192,17 @@ def run_task(address: str, token: str, app: ClientApp) -> str:
                 Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details[:500]),
                 reply_to=message,
             )
+    try:
+        if reply is not None and context is not None:
+            push_message(client, reply, context)
+        push_task_output(client, context, status, details)
+    except (Exception, RunNotRunningException) as exc:
+        status = SubStatus.FAILED
+        log.error("could not hand the task back to the SuperNode: %s: %s", type(exc).__name__, exc)
     finally:
-        try:
-            if reply is not None and context is not None:
-                push_message(client, reply, context)
-            push_task_output(client, context, status, details)
-        finally:
+        if heartbeat.is_running:
             heartbeat.stop()
-            client.close()
+        client.close()
     return status
 
 
@@ -289,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def request_stop(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
+        if live is not None:
+            live.interrupt()  # a task waiting for samples ends now
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

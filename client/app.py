@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client.live_stream import LiveStream
 from client.local_round import train_locally
 from client.mods import timing_stamps
 from client.node import node_identity
@@ -30,6 +30,9 @@ from strategies.collectives.base import ActionHandler, ClientAction, ClientRound
 from wire.keys import METRICS_KEY, TRAIN_S
 from wire.layout import Layout
 from wire.messages import PhaseReply, PhaseRequest, TrainInstruction, TrainReply, samples_of
+
+if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
+    from client.live_stream import LiveStream
 
 DENSE = "dense"
 COMPRESSOR_RNG = 0xC0  # stream of the seeded generator stochastic compressors draw from

@@ -20,6 +20,7 @@ latest samples, so a burst the broker kept while the agent was down does not inf
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -41,16 +42,18 @@ from wire.stream_samples import (
     sample_topic,
 )
 
+log = logging.getLogger("edgeflex.live")
+
 LIVE_WAIT_MAX_S = 30.0  # longest a step waits for samples that do not come
-RATE_WINDOW = 64  # samples whose publish stamps measure the rate
-PENDING_MAX = 100_000  # messages held before the run says what a sample looks like
+RATE_WINDOW = 1024  # samples whose publish stamps measure the rate (a late stamp barely moves it)
+STORE_MAX = 200_000  # samples held unread; beyond, the oldest are dropped (and counted)
+PENDING_MAX_BYTES = 64 << 20  # raw messages held before the run says what a sample looks like
+MAX_COUNT = 2**53  # counts stay exact as floats and fit the wire's integers
 QOS = 1
 
 
 class LiveStream:
     """Samples from one MQTT topic, buffered for training (thread-safe)."""
-
-    live = True  # waits happen inside read_until/time_until, not in the caller
 
     def __init__(
         self,
@@ -64,10 +67,12 @@ class LiveStream:
         self._clock = clock
         self._epoch = clock()
         self._arrived = threading.Condition()
-        self._pending: deque[bytes] = deque(maxlen=PENDING_MAX)  # before the shape is known
+        self._pending: deque[bytes] = deque()  # before the shape is known
+        self._pending_bytes = 0
         self._shape: tuple[int, int] | None = None  # (features, classes)
         self._x: list[NDArray[np.float32]] = []
         self._y: list[int] = []
+        self._seq: list[int] = []  # each sample's publisher seq (counted as published when read)
         self._at: list[float] = []  # stream seconds each sample reached the store
         self._stamps: deque[float] = deque(maxlen=RATE_WINDOW)  # publishers' t
         self._first_id = 0  # id of self._x[0]: released samples are gone
@@ -75,49 +80,79 @@ class LiveStream:
         self.clock_s = 0.0  # the time read up to
         self.buffer: StreamBuffer | None = None
         self.published = self.received = self.invalid = self.trained = 0
-        self._last_seq: int | None = None
-        self._published_before = 0  # publisher sessions that ended (seq went back)
-        self._dropped_before = 0  # by buffers a change of policy replaced
+        self._last_seq: int | None = None  # of the latest sample stored
+        self._sessions_before = 0  # samples of publisher sessions that ended (seq back to 0)
+        self._dropped_before = 0  # by buffers replaced, and for want of room
+        self._interrupted = False
 
     # --- arrivals (paho's thread) -------------------------------------------------------------
 
     def on_payload(self, payload: bytes) -> None:
         with self._arrived:
             if self._shape is None:
+                if self._pending_bytes + len(payload) > PENDING_MAX_BYTES:
+                    self.invalid += 1  # no room before the first round: refused like a bad one
+                    return
                 self._pending.append(payload)
+                self._pending_bytes += len(payload)
             else:
                 self._add(payload)
             self._arrived.notify_all()
 
     def _add(self, payload: bytes) -> None:
+        """Decode and store one message; a bad or repeated one is counted invalid."""
         assert self._shape is not None
         try:
             sample = decode_sample(payload, features=self._shape[0], classes=self._shape[1])
         except SampleError:
             self.invalid += 1
             return
-        if self._last_seq is not None and sample.seq <= self._last_seq:
-            self._published_before += self._last_seq + 1  # a new publisher session
+        last = self._last_seq
+        if last is not None and sample.seq <= last:
+            if sample.seq != 0:  # QoS 1 delivers at least once: a redelivery
+                self.invalid += 1
+                return
+            self._sessions_before = min(MAX_COUNT, self._sessions_before + last + 1)  # restart
         self._last_seq = sample.seq
-        self.published = self._published_before + sample.seq + 1
         self._x.append(sample.x)
         self._y.append(sample.y)
+        self._seq.append(self._sessions_before + sample.seq)
         self._at.append(self.now_s())
         self._stamps.append(sample.sent_at)
+        unread = self._first_id + len(self._at) - self._read
+        if unread > STORE_MAX:  # nobody reads (no run, or streams off): keep the newest
+            self._read += 1
+            self.received += 1
+            self._dropped_before += 1
+            self.published = min(MAX_COUNT, self._seq[self._read - 1 - self._first_id] + 1)
+            self._forget_before(self._held_from())
 
     def configure(self, features: int, classes: int, policy: str, capacity: int) -> None:
-        """What the run's samples look like and how it buffers them (each round: a run with
-        another shape or policy starts a new buffer)."""
+        """What the run's samples look like and how it buffers them: a run with another shape
+        starts a new store, another policy a new buffer (what they held counts as dropped)."""
         with self._arrived:
+            buffer = self.buffer
             if self._shape != (features, classes):
+                if self._shape is not None:  # samples of the old shape are no use any more
+                    self._dropped_before += 0 if buffer is None else len(buffer)
+                    if buffer is not None:
+                        buffer.ids = buffer.ids[:0]
+                    self._forget_before(self._first_id + len(self._at))
+                    self._read = self._first_id
                 self._shape = (features, classes)
                 while self._pending:
                     self._add(self._pending.popleft())
-            buffer = self.buffer
+                self._pending_bytes = 0
             if buffer is None or (buffer.policy, buffer.capacity) != (policy, capacity):
                 if buffer is not None:  # what the old buffer held is dropped with it
                     self._dropped_before += buffer.dropped + len(buffer)
                 self.buffer = StreamBuffer(policy, capacity)
+
+    def interrupt(self) -> None:
+        """Stop waiting for samples (the agent is stopping): waits return at once."""
+        with self._arrived:
+            self._interrupted = True
+            self._arrived.notify_all()
 
     # --- StreamSource ---------------------------------------------------------------------------
 
@@ -148,6 +183,8 @@ class LiveStream:
         with self._arrived:
             stop = self._count_until(time_s)
             ids = np.arange(self._read, stop, dtype=np.int64)
+            if ids.size:
+                self.published = min(MAX_COUNT, self._seq[stop - 1 - self._first_id] + 1)
             self._read = stop
             self.received += ids.size
             self.clock_s = max(self.clock_s, time_s)
@@ -164,7 +201,7 @@ class LiveStream:
                     arrival = self._at[self._read + count - 1 - self._first_id]
                     return max(0.0, arrival - self.clock_s)
                 left = deadline - self.now_s()
-                if left <= 0:
+                if left <= 0 or self._interrupted:
                     return max(0.0, self.now_s() - self.clock_s)
                 self._arrived.wait(left)
 
@@ -178,18 +215,24 @@ class LiveStream:
             rows = (ids - self._first_id).tolist()
             x = np.stack([self._x[i] for i in rows]) if rows else np.empty((0, 0), np.float32)
             y = np.asarray([self._y[i] for i in rows], dtype=np.int64)
-        return ArrayData(x=x.astype(np.float32), y=y)
+        return ArrayData(x=x, y=y)
 
     def release(self, trained: int) -> None:
         """After a round: count what was trained on, forget what the buffer no longer holds."""
         with self._arrived:
             self.trained += trained
-            held = self.buffer.ids if self.buffer is not None else np.empty(0, np.int64)
-            keep_from = int(held.min()) if held.size else self._read
-            drop = keep_from - self._first_id
-            if drop > 0:
-                del self._x[:drop], self._y[:drop], self._at[:drop]
-                self._first_id = keep_from
+            self._forget_before(self._held_from())
+
+    def _held_from(self) -> int:
+        """The oldest id still needed: the buffer's oldest, else the next to read."""
+        held = self.buffer.ids if self.buffer is not None else np.empty(0, np.int64)
+        return min(int(held.min()), self._read) if held.size else self._read
+
+    def _forget_before(self, keep_from: int) -> None:
+        drop = keep_from - self._first_id
+        if drop > 0:
+            del self._x[:drop], self._y[:drop], self._seq[:drop], self._at[:drop]
+            self._first_id = keep_from
 
     def counts(self) -> LiveCounts:
         with self._arrived:
@@ -204,25 +247,35 @@ class LiveStream:
             )
 
 
-def subscribe(
-    stream: LiveStream, broker: BrokerAddress, topic_prefix: str = DEFAULT_TOPIC_PREFIX
-) -> mqtt.Client:
-    """Connect ``stream`` to its topic: QoS 1, a persistent session, reconnecting by itself."""
-    topic = sample_topic(topic_prefix, stream.partition_id)
+def _session_client(partition_id: int, topic_prefix: str) -> mqtt.Client:
+    """The node's MQTT client: its persistent session, subscribed (QoS 1) on every connect;
+    a refused connection is logged (paho retries it)."""
+    topic = sample_topic(topic_prefix, partition_id)
     client = mqtt.Client(
         callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
-        client_id=session_id(stream.partition_id),
+        client_id=session_id(partition_id),
         clean_session=False,
     )
 
     def on_connect(c: mqtt.Client, userdata: Any, flags: Any, code: Any, props: Any) -> None:
-        if not code.is_failure:
+        if code.is_failure:
+            log.error("the MQTT broker refused %s: %s", session_id(partition_id), code)
+        else:
             c.subscribe(topic, qos=QOS)
+
+    client.on_connect = on_connect
+    return client
+
+
+def subscribe(
+    stream: LiveStream, broker: BrokerAddress, topic_prefix: str = DEFAULT_TOPIC_PREFIX
+) -> mqtt.Client:
+    """Connect ``stream`` to its topic: QoS 1, a persistent session, reconnecting by itself."""
+    client = _session_client(stream.partition_id, topic_prefix)
 
     def on_message(c: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         stream.on_payload(bytes(message.payload))
 
-    client.on_connect = on_connect
     client.on_message = on_message
     client.connect(broker.host, broker.port)
     client.loop_start()
@@ -242,18 +295,8 @@ def open_session(
 ) -> None:
     """Create the node's persistent session (subscribed, QoS 1) and leave: from now on the
     broker keeps the node's samples until its agent takes them, whenever it starts."""
-    client = mqtt.Client(
-        callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
-        client_id=session_id(partition_id),
-        clean_session=False,
-    )
+    client = _session_client(partition_id, topic_prefix)
     done = threading.Event()
-
-    def on_connect(c: mqtt.Client, userdata: Any, flags: Any, code: Any, props: Any) -> None:
-        if not code.is_failure:
-            c.subscribe(sample_topic(topic_prefix, partition_id), qos=QOS)
-
-    client.on_connect = on_connect
     client.on_subscribe = lambda *args: done.set()
     client.connect(broker.host, broker.port)
     client.loop_start()

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context
 from torch import nn
 
-from client.live_stream import LiveStream
 from client.node import local_data, node_identity, node_stream_rate
 from client.stream_round import draw_stream_round
 from client.streams import WallClock
@@ -21,6 +21,9 @@ from common.data import ArrayData
 from common.rates import STREAM_OFF
 from common.settings import Settings
 from wire.messages import RoundConfig, Samples, StreamReport, Vector
+
+if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
+    from client.live_stream import LiveStream
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,13 @@ def train_locally(
     agent's live stream, whose samples replace the partition's."""
     torch.set_num_threads(1)  # several simulated clients share two cores
     partition_id = node_identity(context, settings)
+    if settings.stream_rates == STREAM_OFF:
+        live = None  # a run without streams trains on the partition, agent or not
     if live is not None and live.partition_id != partition_id:
         raise ValueError(
             f"the agent streams partition {live.partition_id}'s topic, this node is "
             f"partition {partition_id}"
         )
-    if settings.stream_rates == STREAM_OFF:
-        live = None  # a run without streams trains on the partition, agent or not
     data = local_data(context, settings, partition_id) if live is None else None
     stream = None
     if settings.stream_rates == STREAM_OFF:

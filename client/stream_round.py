@@ -1,6 +1,7 @@
 """One round of a streaming client: read its stream, fill its buffer, draw the round's batches.
 
-The stream and the buffer live in the node's ``context.state`` between rounds. Every local
+The replayed stream and its buffer live in the node's ``context.state`` between rounds; a live
+stream (the agent's MQTT subscription) keeps its own buffer in the agent's memory. Every local
 step draws its batch with the batch policy at the round's start plus the waits so far (a step's
 compute is not waited on: what arrives meanwhile counts for the next round). With a
 ``WallClock`` (on a device) each step starts at the current wall-clock stream time instead, and
@@ -10,17 +11,20 @@ waits are slept.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import RecordDict
 from numpy.typing import NDArray
 
 from client.buffer import StreamBuffer, next_step
-from client.live_stream import LiveStream
 from client.streams import ReplayStream, StreamSource, WallClock
 from common.data import data_spec
 from common.rates import client_rate
 from common.settings import Settings
+
+if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
+    from client.live_stream import LiveStream
 
 
 @dataclass(frozen=True)

@@ -76,9 +76,6 @@ ROBUST: dict[str, Callable[[Settings], Defence]] = {
 }
 
 
-MEASURED_RATE_SLACK = 1.05  # a live stream's measured rate may exceed its nominal one by jitter
-
-
 def bounds(settings: Settings) -> Bounds:
     """What the server can justify of clients' reports in this run (strategies/bounds.py)."""
     max_batch = settings.batch_max if settings.batch_policy == "rate" else settings.batch_size
@@ -87,7 +84,6 @@ def bounds(settings: Settings) -> Bounds:
     slowest, fastest = rate_span(settings.stream_rates, settings.num_clients)
     if settings.timing == "measured":
         longest = settings.round_timeout_s  # a reply that waited longer missed the round
-        fastest *= MEASURED_RATE_SLACK  # a device's rate is measured from publish stamps
     else:
         longest = settings.local_steps * max_batch / slowest * 1.01  # arrival rounding
     return Bounds(max_batch, fastest, longest)

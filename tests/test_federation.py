@@ -1,7 +1,8 @@
 """A SuperLink and 3 SuperNodes on loopback, each its own process (Flower's deployment runtime).
 
 Slow by nature: Flower starts a fresh ClientApp process per message and a SuperNode polls
-every 3 s, so a round costs about 10 s here.
+every 3 s, so a round costs about 10 s here (a few seconds with short polls; the edge agents'
+federation is tests/test_agents.py).
 """
 
 import os
@@ -57,8 +58,11 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
 
 
 def test_localhost_federation_trains_compressed_streaming_rounds(tmp_path: Path) -> None:
+    """Flower's per-message ClientApp processes, under edgeflex-supernode's short polls (the
+    TLS test below runs flower-supernode's own)."""
     overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
-    code, results = run_federation.run(overrides, timeout_s=RUN_TIMEOUT_S)
+    runtime = run_federation.NodeRuntime(short_polls=True)
+    code, results = run_federation.run(overrides, runtime=runtime, timeout_s=RUN_TIMEOUT_S)
     assert code == 0, (results / "superlink.log").read_text()[-3000:]
     _check_measured_rounds(read_rounds(results), 2)
     assert sorted(p.name for p in results.glob("supernode-*.log")) == [
@@ -131,6 +135,7 @@ def test_ctrl_c_stops_the_superlink_and_every_supernode(tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "scripts.run_federation",
+            "--short-polls",  # the first round ends sooner; stopping is the same
             "--run-config",
             f"num-clients=2 num-server-rounds=100 results-dir={results}",
         ],

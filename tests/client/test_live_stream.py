@@ -159,3 +159,62 @@ def test_what_is_published_while_the_agent_is_down_waits_at_the_broker(
         client.loop_stop()
     counts = second.counts()
     assert counts.received == counts.published == 25  # the second publisher's, all of them
+
+
+def _payload(seq: int, label: int = 1) -> bytes:
+    x = np.full(SPEC.num_features, float(seq), np.float32)
+    return encode_sample(StreamSample(seq=seq, sent_at=1000.0 + seq / 10, x=x, y=label))
+
+
+def _offline(**kw: float) -> LiveStream:
+    """A live stream fed by hand (what paho's thread would call)."""
+    stream = LiveStream(0, **kw)
+    stream.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
+    return stream
+
+
+def test_a_redelivered_sample_is_not_trained_twice_and_a_new_publisher_counts_on() -> None:
+    stream = _offline()
+    for seq in (0, 1, 2, 2, 1, 3, 0, 1):  # a redelivery of 2 and of 1; then a restart
+        stream.on_payload(_payload(seq))
+    ids = stream.read_until(stream.now_s())
+    assert stream.samples(ids).x[:, 0].tolist() == [0, 1, 2, 3, 0, 1]
+    counts = stream.counts()
+    assert (counts.received, counts.invalid, counts.published) == (6, 2, 4 + 2)
+
+
+def test_samples_before_the_first_round_wait_and_a_new_shape_starts_afresh() -> None:
+    stream = LiveStream(0)
+    for seq in range(3):
+        stream.on_payload(_payload(seq))  # the run has not said what a sample looks like
+    stream.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
+    assert stream.buffer is not None
+    stream.buffer.add(stream.read_until(stream.now_s()))
+    stream.configure(10, 2, "persistence", 0)  # another run, another data set
+    stream.on_payload(encode_sample(StreamSample(3, 1.0, np.ones(10, np.float32), 1)))
+    ids = stream.read_until(stream.now_s())
+    assert stream.samples(ids).x.shape == (1, 10)
+    counts = stream.counts()  # the three old samples were received, and dropped with the shape
+    assert (counts.received, counts.dropped, counts.buffered) == (4, 3, 0)
+
+
+def test_an_unread_stream_keeps_the_newest_samples_and_counts_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("client.live_stream.STORE_MAX", 5)
+    stream = _offline()
+    for seq in range(12):
+        stream.on_payload(_payload(seq))
+    ids = stream.read_until(stream.now_s())
+    assert stream.samples(ids).x[:, 0].tolist() == [7, 8, 9, 10, 11]
+    counts = stream.counts()
+    assert (counts.published, counts.received, counts.dropped) == (12, 12, 7)
+    assert counts.trained + counts.dropped + counts.buffered + ids.size == counts.received
+
+
+def test_interrupt_ends_a_wait_at_once() -> None:
+    stream = _offline(max_wait_s=30.0)
+    threading.Timer(0.2, stream.interrupt).start()
+    began = time.monotonic()
+    stream.time_until(5)
+    assert time.monotonic() - began < 5.0
