@@ -1,8 +1,8 @@
 """A SuperLink and 3 SuperNodes on loopback, each its own process (Flower's deployment runtime).
 
 Slow by nature: Flower starts a fresh ClientApp process per message and a SuperNode polls
-every 3 s, so a round costs about 10 s here (a few seconds with short polls; the edge agents'
-federation is tests/test_agents.py).
+every 3 s, so a round costs about 10 s here. The insecure federation of edge agents with
+short polls and MQTT is tests/test_agents.py; the crash test below runs insecure too.
 """
 
 import os
@@ -57,12 +57,9 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
     assert rows[1]["virtual_time_s"] > rows[0]["virtual_time_s"] > 0
 
 
-def test_localhost_federation_trains_compressed_streaming_rounds(tmp_path: Path) -> None:
-    """Flower's per-message ClientApp processes, under edgeflex-supernode's short polls (the
-    TLS test below runs flower-supernode's own)."""
+def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> None:
     overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
-    runtime = run_federation.NodeRuntime(short_polls=True)
-    code, results = run_federation.run(overrides, runtime=runtime, timeout_s=RUN_TIMEOUT_S)
+    code, results = run_federation.run(overrides, tls=True, timeout_s=RUN_TIMEOUT_S)
     assert code == 0, (results / "superlink.log").read_text()[-3000:]
     _check_measured_rounds(read_rounds(results), 2)
     assert sorted(p.name for p in results.glob("supernode-*.log")) == [
@@ -70,14 +67,6 @@ def test_localhost_federation_trains_compressed_streaming_rounds(tmp_path: Path)
         "supernode-1.log",
         "supernode-2.log",
     ]
-    assert _nothing_left()
-
-
-def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> None:
-    overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
-    code, results = run_federation.run(overrides, tls=True, timeout_s=RUN_TIMEOUT_S)
-    assert code == 0, (results / "superlink.log").read_text()[-3000:]
-    _check_measured_rounds(read_rounds(results), 2)
     # Each node's key was registered before it connected, and all three authenticated.
     log = (results / "superlink.log").read_text()
     assert log.count("/v1/fleet/activate-node") >= 3
