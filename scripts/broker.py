@@ -61,7 +61,8 @@ def broker_config(port: int) -> str:
     )
 
 
-def _accepts(address: BrokerAddress) -> bool:
+def accepts(address: BrokerAddress) -> bool:
+    """Whether something listens at ``address`` (a TCP connection succeeds)."""
     try:
         with socket.create_connection((address.host, address.port), timeout=0.5):
             return True
@@ -104,7 +105,7 @@ def local_broker(workdir: Path, log_path: Path | None = None) -> Iterator[Broker
         )
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _accepts(address):
+        while not accepts(address):
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"mosquitto exited early (code {proc.returncode}); the end of "

@@ -302,6 +302,16 @@ class PhaseRequest:
 # --- replies ---------------------------------------------------------------------------------
 
 
+def _all_or_none(metrics: Mapping[str, Any], keys: tuple[str, ...], what: str) -> bool:
+    """True if ``metrics`` has every key, False if none; ValueError names the missing ones."""
+    missing = [key for key in keys if key not in metrics]
+    if len(missing) == len(keys):
+        return False
+    if missing:
+        raise ValueError(f"{what} incomplete: {', '.join(sorted(missing))} missing")
+    return True
+
+
 @dataclass(frozen=True)
 class LiveCounts:
     """A live stream's running counts since its agent started: every sample that reached the
@@ -320,12 +330,8 @@ class LiveCounts:
     @classmethod
     def parse(cls, metrics: Mapping[str, Any]) -> LiveCounts | None:
         """None when the reply carries none; ValueError names a bad or inconsistent one."""
-        present = [key for key in LIVE_METRICS if key in metrics]
-        if not present:
+        if not _all_or_none(metrics, LIVE_METRICS, "live stream counts"):
             return None
-        if len(present) != len(LIVE_METRICS):
-            missing = sorted(set(LIVE_METRICS) - set(present))
-            raise ValueError(f"live stream counts incomplete: {', '.join(missing)} missing")
         for key in LIVE_METRICS:
             value = metrics[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -366,12 +372,8 @@ class StreamReport:
     @classmethod
     def parse(cls, metrics: Mapping[str, Any]) -> StreamReport | None:
         """None when the reply carries no stream metrics; ValueError names a bad one."""
-        present = [key for key in STREAM_METRICS if key in metrics]
-        if not present:
+        if not _all_or_none(metrics, STREAM_METRICS, "stream metrics"):
             return None
-        if len(present) != len(STREAM_METRICS):
-            missing = sorted(set(STREAM_METRICS) - set(present))
-            raise ValueError(f"stream metrics incomplete: {', '.join(missing)} missing")
         rate, wait = metrics[STREAM_RATE], metrics[WAIT_S]
         if isinstance(rate, bool) or isinstance(wait, bool):
             raise ValueError(f"{STREAM_RATE} and {WAIT_S} must be numbers, not booleans")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from client.streams import ReplayStream
 from common.data import DIGITS_SPEC, ArrayData, client_partition
 from common.settings import settings_with
-from scripts.broker import CONFIG_NAME, local_broker
+from scripts.broker import CONFIG_NAME, accepts, local_broker
 from scripts.processes import process_tree
 from scripts.publish_stream import PublishResult, publish, publish_partition, publisher_command
 from wire.stream_samples import (
@@ -207,14 +206,6 @@ def test_the_command_line_stops_cleanly_on_sigterm(mqtt_broker: BrokerAddress) -
     assert sorted(sub.seqs()) == list(range(n))
 
 
-def _listening(address: BrokerAddress) -> bool:
-    try:
-        with socket.create_connection((address.host, address.port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 def test_the_broker_is_ours_on_loopback_and_gone_after_the_context(
     tmp_path: Path, mqtt_broker: BrokerAddress
 ) -> None:
@@ -226,10 +217,10 @@ def test_the_broker_is_ours_on_loopback_and_gone_after_the_context(
             for pid in process_tree(os.getpid())
             if config in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         ]
-        assert len(ours) == 1 and address.host == "127.0.0.1" and _listening(address)
+        assert len(ours) == 1 and address.host == "127.0.0.1" and accepts(address)
         assert "max_queued_messages 0" in (tmp_path / CONFIG_NAME).read_text()
     assert not Path(f"/proc/{ours[0]}").exists()
-    assert not _listening(address)
+    assert not accepts(address)
     assert "mosquitto version" in (tmp_path / "mosquitto.log").read_text()
 
 
