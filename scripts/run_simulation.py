@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
+from scripts.app_bundle import stage_app
 from scripts.processes import stop_tree
 from server.records import default_results_dir
 from timing.devices import load_catalog
@@ -245,7 +246,7 @@ def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Pa
             cmd = [
                 "flwr",
                 "run",
-                str(PROJECT_ROOT),
+                str(stage_app(flwr_home / "app")),
                 CONNECTION,
                 "--stream",
                 "--run-config",
