@@ -1,7 +1,8 @@
 """``edgeflex-supernode``: Flower's ``flower-supernode`` with short polls (flwr 1.42.x only).
 
-Every argument is Flower's, plus ``--idle-poll-s`` (Flower's: 3 s) and ``--reply-poll-s``
-(0.5 s); see ``common.flower_polls`` for what is shortened and what it costs.
+Every argument is Flower's, plus ``--idle-poll-s`` (Flower's: 3 s), ``--reply-poll-s`` (0.5 s)
+and ``--heartbeat-interval-s`` (30 s; the SuperLink drops a node silent for twice that); see
+``common.flower_polls`` for what is shortened and what it costs.
 """
 
 from __future__ import annotations
@@ -9,19 +10,28 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common.flower_polls import DEFAULT_IDLE_POLL_S, DEFAULT_REPLY_POLL_S, shorten_supernode
+from common.flower_polls import (
+    DEFAULT_IDLE_POLL_S,
+    DEFAULT_REPLY_POLL_S,
+    set_heartbeat,
+    shorten_supernode,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--idle-poll-s", type=float, default=DEFAULT_IDLE_POLL_S)
     parser.add_argument("--reply-poll-s", type=float, default=DEFAULT_REPLY_POLL_S)
+    parser.add_argument("--heartbeat-interval-s", type=float, default=None)
     ours, flowers = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    from flwr.supernode import start_client_internal
+    from flwr.supercore import heartbeat
+    from flwr.supernode import fleet_http_connection, start_client_internal
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     try:
         shorten_supernode(start_client_internal, ours.idle_poll_s, ours.reply_poll_s)
+        if ours.heartbeat_interval_s is not None:
+            set_heartbeat(fleet_http_connection, heartbeat, ours.heartbeat_interval_s)
     except ValueError as exc:
         print(f"edgeflex-supernode: {exc}", file=sys.stderr)
         return 2

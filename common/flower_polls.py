@@ -10,6 +10,10 @@ round of small models on a device:
 These patches replace those module-level names in the processes that opt in. They refuse any
 Flower but 1.42.x, and any source without the names they replace. The price: an idle node
 asks the SuperLink ``1 / idle-poll-s`` times a second instead of once every 3 s.
+
+A SuperNode also tells the SuperLink its heartbeat interval (Flower's: 30 s, not settable), and
+the SuperLink drops a node silent for twice that: a dead device keeps its place for a minute.
+``set_heartbeat`` lets a node choose within Flower's own bounds (10-1,800 s).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ IDLE_SLEEP_S, REPLY_SLEEP_S = 3, 0.5  # the literals in start_client_internal.py
 DEFAULT_IDLE_POLL_S, DEFAULT_REPLY_POLL_S = 0.1, 0.05
 PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 0.01, 0.5  # Flower's: 1 s, doubling up to 10 s
 POLL_RANGE_S = (0.01, 3.0)
+HEARTBEAT_RANGE_S = (10.0, 1800.0)  # the SuperLink refuses others (HEARTBEAT_MIN/MAX_INTERVAL)
 
 
 def check_flower(version: str | None = None) -> None:
@@ -89,3 +94,19 @@ def shorten_grid_pull() -> None:
 
     if not isinstance(http_grid.pull_objects, functools.partial):  # patch once per process
         _short_pull(http_grid)
+
+
+def set_heartbeat(connection: ModuleType, sender: ModuleType, interval_s: float) -> None:
+    """A SuperNode's heartbeat interval: what it announces to the SuperLink
+    (``flwr.supernode.fleet_http_connection``) and how often it beats
+    (``flwr.supercore.heartbeat``: every 0.7-0.9 x (interval - 5 s))."""
+    check_flower()
+    low, high = HEARTBEAT_RANGE_S
+    if not low <= interval_s <= high:
+        raise ValueError(
+            f"heartbeat interval must be within [{low:g}, {high:g}] s, got {interval_s}"
+        )
+    for module in (connection, sender):
+        _require(module, "HEARTBEAT_DEFAULT_INTERVAL")
+    for module in (connection, sender):
+        module.HEARTBEAT_DEFAULT_INTERVAL = interval_s  # type: ignore[attr-defined]

@@ -64,7 +64,15 @@ def stop_tree(
     proc: subprocess.Popen[bytes], grace_s: float = 10.0, kill_wait_s: float = 30.0
 ) -> None:
     """SIGTERM ``proc`` and its descendants, then SIGKILL survivors; raise if any remain."""
-    known = process_tree(proc.pid)
+    stop_trees([proc], grace_s, kill_wait_s)
+
+
+def stop_trees(
+    procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0, kill_wait_s: float = 30.0
+) -> None:
+    """``stop_tree`` for several processes at once: all are asked to stop together, so the
+    wait is the slowest one's, not the sum."""
+    known = {p for proc in procs for p in process_tree(proc.pid)}
     _signal(known, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
@@ -76,11 +84,13 @@ def stop_tree(
     while (alive := {p for p in known if _alive(p)}) and time.monotonic() < deadline:
         _signal(alive, signal.SIGKILL)
         time.sleep(0.1)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
     left = sorted(p for p in known if _alive(p))
     if left:
-        raise RuntimeError(f"processes {left} started by PID {proc.pid} did not stop")
+        started = ", ".join(str(proc.pid) for proc in procs)
+        raise RuntimeError(f"processes {left} started by PID {started} did not stop")
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:

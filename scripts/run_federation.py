@@ -37,9 +37,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from client.live_stream import open_session
 from common.rates import STREAM_OFF, client_rate
 from common.settings import PROJECT_ROOT, Settings
+from scripts.app_bundle import stage_app
 from scripts.broker import local_broker
 from scripts.make_certificates import make_certificates, write_private_key
-from scripts.processes import kill_tree, stop_tree
+from scripts.processes import kill_tree, stop_tree, stop_trees
 from scripts.publish_stream import publisher_command
 from scripts.run_simulation import (
     CONNECTION,
@@ -65,11 +66,13 @@ class NodeRuntime:
     ``agents``: an ``edgeflex-agent`` per node, the SuperNode in ``--isolation process``
     (no process per message); ``short_polls``: ``edgeflex-supernode`` instead of
     ``flower-supernode`` and ``short-polls = true`` for the ServerApp (flwr 1.42.x only;
-    ``common.flower_polls``); ``mqtt``: agents train on samples a replay publisher per node
-    sends through a local mosquitto (needs ``agents``)."""
+    ``common.flower_polls``); ``heartbeat_s``: with short polls, the SuperNodes' heartbeat
+    interval (Flower's 30 s: a dead node keeps its place for a minute); ``mqtt``: agents train
+    on samples a replay publisher per node sends through a local mosquitto (needs ``agents``)."""
 
     agents: bool = False
     short_polls: bool = False
+    heartbeat_s: float | None = None  # None: Flower's
     mqtt: bool = False  # a mosquitto on loopback, a publisher per node, agents subscribed
 
 
@@ -96,7 +99,13 @@ class Federation:
     def _supernode_command(self) -> list[str]:
         if not self.runtime.short_polls:
             return ["flower-supernode"]
-        return [sys.executable, "-m", "client.supernode"]
+        heartbeat = self.runtime.heartbeat_s
+        return [
+            sys.executable,
+            "-m",
+            "client.supernode",
+            *([] if heartbeat is None else ["--heartbeat-interval-s", str(heartbeat)]),
+        ]
 
     def _popen(self, cmd: list[str], log_name: str, home: Path) -> subprocess.Popen[bytes]:
         env = {**flower_env(home), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S)}
@@ -191,19 +200,14 @@ class Federation:
         kill_tree(self.agents.pop(index))
 
     def crash_node(self, index: int) -> None:
-        """Kill the SuperNode of partition ``index`` with SIGKILL (no goodbye to the
-        SuperLink), as a device that loses power would go."""
+        """Kill the SuperNode of partition ``index`` and its agent, if it has one, with
+        SIGKILL (no goodbye to the SuperLink), as a device that loses power would go."""
         kill_tree(self.supernodes.pop(index))
+        if index in self.agents:
+            kill_tree(self.agents.pop(index))
 
     def stop_all_nodes(self) -> None:
-        errors = []
-        for proc in reversed(self.started):
-            try:
-                stop_tree(proc)
-            except RuntimeError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise RuntimeError("; ".join(errors))
+        stop_trees(self.started)
 
     def run_app(
         self,
@@ -216,7 +220,7 @@ class Federation:
         cmd = [
             "flwr",
             "run",
-            str(PROJECT_ROOT),
+            str(stage_app(self.flwr_home / "app")),
             CONNECTION,
             "--stream",
             "--run-config",
@@ -277,6 +281,8 @@ def local_federation(
             "MQTT streams need the agents (--agents): a ClientApp process per "
             "message has nowhere to keep a subscription"
         )
+    if runtime.heartbeat_s is not None and not runtime.short_polls:
+        raise ValueError("a heartbeat interval is set by edgeflex-supernode: add --short-polls")
     tls_args: list[str] | None = None
     ca_file: Path | None = None
     if tls:
@@ -403,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         "short-polls = true (flwr 1.42.x only)",
     )
     parser.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=None,
+        help="with --short-polls: the SuperNodes' heartbeat interval (Flower's 30 s, at least "
+        "10 s); the SuperLink drops a node silent for twice that",
+    )
+    parser.add_argument(
         "--mqtt",
         action="store_true",
         help="streams over MQTT: a mosquitto on loopback, a replay publisher per node, agents "
@@ -410,7 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     runtime = NodeRuntime(
-        agents=args.agents or args.mqtt, short_polls=args.short_polls, mqtt=args.mqtt
+        agents=args.agents or args.mqtt,
+        short_polls=args.short_polls,
+        heartbeat_s=args.heartbeat_s,
+        mqtt=args.mqtt,
     )
     return launch(
         lambda overrides: run(overrides, tls=args.tls, runtime=runtime),

@@ -2,9 +2,10 @@
 
 A node cannot reply for a partition bound to another node that is still connected (was sent
 this round's instruction). A restarted device comes back as a new node: it takes its partition
-over once the old node is gone (no longer connected: the SuperLink drops a silent node after
-about a minute). A partition nobody holds yet, claimed by several nodes in one round, goes to
-none of them that round: the server cannot tell the device from an impostor.
+over once the old node is gone (no longer connected: the SuperLink drops a node silent for twice
+its heartbeat interval, a minute at Flower's default). A partition nobody holds yet, claimed by
+several nodes in one round, goes to none of them that round: the server cannot tell the device
+from an impostor.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A 3-client, 2-round simulation through ``flwr run``, twice with one seed."""
+"""Simulations through ``flwr run``: the records match the in-process run's; a stopped run
+stops its SuperLink."""
 
 import json
 import os
@@ -12,45 +13,58 @@ import pytest
 
 from common.settings import PROJECT_ROOT
 from scripts import run_simulation
+from scripts.in_process import InProcessGrid, run_server_app
 from server.records import WALL_CLOCK_FIELDS, read_rounds
 from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
 
+# Top-k Allreduce with the variance leader: the custom actions train.indices and train.values
+# route through the real runtime (three phases a round), sparse both ways.
+TOPK_ALLREDUCE = {
+    "num-clients": 3,
+    "num-server-rounds": 2,
+    "seed": 11,
+    "strategy": "topk",
+    "collective": "allreduce",
+    "leader": "var",
+    "compression-ratio": 0.01,
+}
 
-def _run(results: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
-    overrides = {"num-clients": 3, "num-server-rounds": 2, "seed": 11, "results-dir": str(results)}
-    code, results_dir = run_simulation.run(overrides)
+
+def _strip(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_simulation_writes_the_records_of_the_in_process_run(tmp_path: Path) -> None:
+    """Flower's simulation runtime gives the records the in-process grid gives (which the
+    golden records pin, run after run): the same seed, the same rounds, bit for bit."""
+    results = tmp_path / "simulation"
+    code, results_dir = run_simulation.run(TOPK_ALLREDUCE | {"results-dir": str(results)})
     assert code == 0, (results / "superlink.log").read_text()[-3000:]
     assert results_dir == results
-    return read_rounds(results)
+    rows = read_rounds(results)
 
-
-def test_simulation_writes_records_and_is_deterministic(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    first = _run(tmp_path / "a", capsys)
-    second = _run(tmp_path / "b", capsys)
-
-    assert [r["round"] for r in first] == [1, 2]
-    for row in first:
+    assert [r["round"] for r in rows] == [1, 2]
+    for row in rows:
         assert set(row) >= REQUIRED_ROUND_FIELDS
-        assert row["num_clients"] == 3 and row["collective"] == "dense"
-        assert row["compression_ratio"] == 1.0
-        assert row["bytes_up"] > 3 * 4 * 50_826  # three full float32 updates
-        assert row["bytes_down"] > 3 * 4 * 50_826
+        assert row["num_clients"] == 3 and row["refused"] == []
+        assert row["collective"] == "allreduce" and row["compression_ratio"] == 0.01
         assert 0.0 <= row["accuracy"] <= 1.0
-    assert first[1]["virtual_time_s"] > first[0]["virtual_time_s"] > 0
+    assert [p["name"] for p in rows[1]["phases"]] == ["train", "indices", "values"]
+    assert rows[1]["bytes_up"] < rows[1]["bytes_down"] < 3 * 4 * 50_826  # sparse both ways
+    assert rows[1]["virtual_time_s"] > rows[0]["virtual_time_s"] > 0
 
-    def strip(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-        return [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
+    in_process = tmp_path / "in-process"
+    settings = run_simulation.resolve_settings(TOPK_ALLREDUCE | {"results-dir": str(in_process)})
+    run_server_app(InProcessGrid(settings))
+    assert _strip(rows) == _strip(read_rounds(in_process))
 
-    assert strip(first) == strip(second)
-
-    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    summary = json.loads((results / "summary.json").read_text())
     assert summary["rounds"] == 2 and summary["config"]["num-clients"] == 3
-    assert summary["final_accuracy"] == first[-1]["accuracy"]
-    assert (tmp_path / "a" / "accuracy.png").exists()
+    assert summary["final_accuracy"] == rows[-1]["accuracy"]
+    assert (results / "accuracy.png").exists()
 
-    # Nothing these runs started is still running (their FLWR_HOME names this process).
+    # Nothing the run started is still running (its FLWR_HOME names this process).
     assert (
         processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{os.getpid()}-")) == []
     )
@@ -87,26 +101,3 @@ def test_interrupted_run_stops_its_superlink(tmp_path: Path) -> None:
     assert code != 0
     assert not (results / "summary.json").exists()
     assert processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{proc.pid}-")) == []
-
-
-def test_topk_allreduce_phases_run_through_flower(tmp_path: Path) -> None:
-    """The custom actions train.indices and train.values route through the real runtime."""
-    overrides = {
-        "num-clients": 3,
-        "num-server-rounds": 2,
-        "strategy": "topk",
-        "collective": "allreduce",
-        "leader": "var",
-        "compression-ratio": 0.01,
-        "results-dir": str(tmp_path),
-    }
-    code, _ = run_simulation.run(overrides)
-    assert code == 0, (tmp_path / "superlink.log").read_text()[-3000:]
-    rows = read_rounds(tmp_path)
-    assert [r["collective"] for r in rows] == ["allreduce", "allreduce"]
-    assert all(r["num_clients"] == 3 and r["refused"] == [] for r in rows)
-    assert [p["name"] for p in rows[1]["phases"]] == ["train", "indices", "values"]
-    assert rows[1]["bytes_up"] < rows[1]["bytes_down"] < 3 * 4 * 50_826  # sparse both ways
-    assert (
-        processes_with_env("FLWR_HOME", str(run_simulation.FLWR_DIR / f"home-{os.getpid()}-")) == []
-    )
