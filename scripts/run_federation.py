@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,8 +272,10 @@ def local_federation(
     *,
     tls: bool = False,
     runtime: NodeRuntime = NodeRuntime(),
+    superlink_command: Sequence[str] = ("flower-superlink",),
 ) -> Iterator[Federation]:
-    """A SuperLink and ``num-clients`` SuperNodes on loopback, each stopped by PID on exit."""
+    """A SuperLink (started by ``superlink_command``) and ``num-clients`` SuperNodes on
+    loopback, each stopped by PID on exit."""
     flwr_home = FLWR_DIR / f"federation-{os.getpid()}-{time.monotonic_ns()}"
     logs_dir.mkdir(parents=True, exist_ok=True)
     if runtime.mqtt and not runtime.agents:
@@ -305,6 +307,7 @@ def local_federation(
                 simulation=False,
                 tls_args=tls_args,
                 ca_file=ca_file,
+                command=superlink_command,
             ) as port,
         ):
             write_connection(flwr_home, port, ca_file)

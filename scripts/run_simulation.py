@@ -30,7 +30,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,11 +171,13 @@ def local_superlink(
     simulation: bool = True,
     tls_args: list[str] | None = None,
     ca_file: Path | None = None,
+    command: Sequence[str] = ("flower-superlink",),
 ) -> Iterator[int]:
     """A ``flower-superlink`` of our own on loopback; yields its port.
 
     ``simulation``: the simulation runtime (else SuperNodes connect to it); ``tls_args``:
-    its TLS and authentication flags (None: ``--insecure``), ``ca_file`` to check it with.
+    its TLS and authentication flags (None: ``--insecure``), ``ca_file`` to check it with;
+    ``command``: what starts it (``scripts.count_requests`` counts its requests).
     """
     port = free_port()
     env = flower_env(flwr_home)
@@ -183,7 +185,7 @@ def local_superlink(
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [
-                "flower-superlink",
+                *command,
                 *(["--insecure"] if tls_args is None else tls_args),
                 *(["--simulation"] if simulation else []),
                 "--disable-runtime-dependency-installation",

@@ -1,0 +1,177 @@
+"""CPU a local federation burns, by kind of process: idle (what polling costs), or over the
+rounds of a run (where a deployment round's time goes).
+
+    python -m scripts.cpu_load --nodes 10 [--agents] [--short-polls]
+    python -m scripts.cpu_load --nodes 10 --agents --short-polls --rounds 12
+
+Starts a SuperLink and the nodes as ``scripts.run_federation`` does. Idle: waits
+``--settle-s`` for every process to finish starting (agents import torch), then measures the
+CPU time each kind of process uses over ``--window-s``. With ``--rounds N``: runs the scadles
+preset for N rounds and measures from the end of round 2 to the end of round N. Prints cores
+(1.0 = one core busy the whole window) and, for a run, CPU seconds per round and the
+SuperLink's requests per round by path (``scripts.count_requests``). The SuperLink is one
+process: its CPU seconds per round are a floor under the round's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scripts.count_requests import WRITE_EVERY_S, read_counts
+from scripts.peak_rss import kind
+from scripts.processes import process_tree
+from scripts.run_federation import Federation, NodeRuntime, deployment_overrides, local_federation
+from scripts.run_simulation import parse_overrides, resolve_settings
+
+RUN_CONFIG = "configs/scadles.toml"
+CpuSeconds = dict[int, tuple[str, float]]  # pid -> (kind of process, CPU seconds so far)
+
+
+def cpu_seconds(pids: set[int]) -> CpuSeconds:
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = kind(pid)
+        if name is not None:
+            out[pid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
+def _federation_pids(federation: Federation) -> set[int]:
+    pids: set[int] = set()
+    for proc in federation.started:
+        pids |= process_tree(proc.pid)
+    return pids | (process_tree(os.getpid()) - {os.getpid()})  # the SuperLink and its children
+
+
+def _rounds_done(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait_for_round(path: Path, count: int, runner: threading.Thread) -> None:
+    while _rounds_done(path) < count:
+        if not runner.is_alive():
+            raise RuntimeError(f"the run ended before round {count}; see {path.parent}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Window:
+    """What was measured: CPU seconds of each process at its start and end, its length, and
+    (for a run) the SuperLink's requests by path in it."""
+
+    before: CpuSeconds
+    after: CpuSeconds
+    seconds: float
+    requests: Counter[str] = field(default_factory=Counter)
+
+    def cores(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (name, seconds) in self.after.items():
+            used = seconds - self.before.get(pid, (name, 0.0))[1]
+            out[name] = out.get(name, 0.0) + used / self.seconds
+        return out
+
+
+def _measure_idle(federation: Federation, settle_s: float, window_s: float) -> Window:
+    time.sleep(settle_s)
+    pids = _federation_pids(federation)
+    before = cpu_seconds(pids)
+    time.sleep(window_s)
+    return Window(before, cpu_seconds(pids), window_s)
+
+
+def _measure_run(
+    federation: Federation, overrides: dict[str, object], rounds: int, counts_file: Path
+) -> Window:
+    """From the end of round 2 to the end of round ``rounds``."""
+    records = Path(federation.settings.results_dir) / "rounds.jsonl"
+    records.unlink(missing_ok=True)  # an earlier run's rounds are not this one's
+    with open(os.devnull, "w") as quiet:
+        runner = threading.Thread(
+            target=federation.run_app, args=(overrides,), kwargs={"stream_to": quiet}
+        )
+        runner.start()
+        try:
+            _wait_for_round(records, 2, runner)
+            pids = _federation_pids(federation)  # the ServerApp is up by now
+            before, began = cpu_seconds(pids), time.monotonic()
+            requests_before = read_counts(counts_file)
+            _wait_for_round(records, rounds, runner)
+            after = cpu_seconds(pids | _federation_pids(federation))
+            seconds = time.monotonic() - began
+            time.sleep(2 * WRITE_EVERY_S)  # the SuperLink's counts file catches up
+            requests = read_counts(counts_file) - requests_before
+            return Window(before, after, seconds, requests)
+        finally:
+            runner.join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--agents", action="store_true")
+    parser.add_argument("--short-polls", action="store_true")
+    parser.add_argument("--rounds", type=int, help="measure rounds 3..N of a run, not idle")
+    parser.add_argument("--settle-s", type=float, default=50.0)
+    parser.add_argument("--window-s", type=float, default=20.0)
+    parser.add_argument("--logs", type=Path, default=Path("/tmp/edgeflex-cpu-load"))
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 3:
+        parser.error("--rounds must be at least 3 (rounds 1 and 2 are start-up)")
+    runtime = NodeRuntime(agents=args.agents, short_polls=args.short_polls)
+    overrides = deployment_overrides(
+        parse_overrides(
+            f"{RUN_CONFIG} num-clients={args.nodes} num-server-rounds={args.rounds or 3} "
+            f"results-dir={args.logs}"
+        ),
+        runtime,
+    )
+    counts_file = args.logs / "superlink-requests.json"
+    counts_file.unlink(missing_ok=True)
+    superlink = [sys.executable, "-m", "scripts.count_requests", str(counts_file)]
+    settings = resolve_settings(overrides)
+    with local_federation(
+        settings, args.logs, runtime=runtime, superlink_command=superlink
+    ) as federation:
+        if args.rounds is None:
+            window = _measure_idle(federation, args.settle_s, args.window_s)
+        else:
+            window = _measure_run(federation, overrides, args.rounds, counts_file)
+    label = f"{args.nodes} nodes, agents={args.agents}, short-polls={args.short_polls}"
+    if args.rounds is None:
+        print(f"{label}, idle: {window.seconds:.1f} s measured")
+        _print_table(["process", "cores"], window.cores(), [1.0])
+        return 0
+    rounds = args.rounds - 2
+    print(f"{label}, rounds 3-{args.rounds}: {window.seconds / rounds:.2f} s per round")
+    _print_table(
+        ["process", "cores", "CPU s per round"], window.cores(), [1.0, window.seconds / rounds]
+    )
+    requests = {path: float(n) for path, n in window.requests.items()}
+    _print_table(["SuperLink request", "per round"], requests, [1.0 / rounds])
+    return 0
+
+
+def _print_table(header: list[str], values: dict[str, float], scales: list[float]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, value in sorted(values.items(), key=lambda item: -item[1]):
+        print(f"| {name} | " + " | ".join(f"{value * scale:.2f}" for scale in scales) + " |")
+    total = sum(values.values())
+    print("| total | " + " | ".join(f"{total * scale:.2f}" for scale in scales) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
