@@ -7,18 +7,19 @@ schedule says something for that client and round. Presets live in ``configs/net
 - ``kind = "static"``: the devices' own links.
 - ``kind = "segments"``: ``segments = [[from-epoch, latency-ms, bandwidth-mbps], ...]`` for all
   clients, an epoch lasting ``rounds-per-epoch`` rounds (the paper's C1 and C2 are by epoch).
-- ``kind = "trace"``: a CSV file with columns ``round,client,latency_ms,uplink_mbps,
-  downlink_mbps``; each row holds for that client from that round on.
+- ``kind = "trace"``: a JSON Lines file, one object per line with the numbers ``round``,
+  ``client``, ``latency_ms``, ``uplink_mbps`` and ``downlink_mbps``; each line holds for that
+  client from that round on. (JSON Lines, not CSV: Flower's app bundle carries no CSV file.)
 Any kind takes ``jitter`` j: each round, each client's latency and bandwidths are multiplied by
 independent factors drawn uniformly from [1 − j, 1 + j] with a generator seeded by the run's seed.
 """
 
 from __future__ import annotations
 
-import csv
+import json
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,9 @@ def load_schedule(
         return NetworkSchedule(name=name, all_clients=tuple(changes), jitter=jitter, seed=seed)
     trace_file = fields.get("file")
     if not isinstance(trace_file, str):
-        raise NetworkConfigError(f"{where}: field 'file' (the trace CSV) is required for a trace")
+        raise NetworkConfigError(
+            f"{where}: field 'file' (the trace, JSON Lines) is required for a trace"
+        )
     trace_path = Path(trace_file)
     if not trace_path.is_absolute():
         trace_path = (root or path.parent.parent) / trace_path
@@ -171,50 +174,59 @@ def load_schedule(
     )
 
 
-def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkSpec], ...]]:
-    """Read a trace CSV; a client the trace never names keeps its device's link."""
+def _trace_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON Lines trace."""
     try:
-        handle = path.open(newline="")
+        text = path.read_text()
     except OSError as exc:
         raise NetworkConfigError(f"{path}: cannot read trace ({exc})") from exc
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise NetworkConfigError(f"{path}:{line_number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise NetworkConfigError(f"{path}:{line_number}: not a JSON object")
+        yield line_number, row
+
+
+def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkSpec], ...]]:
+    """Read a JSON Lines trace; a client the trace never names keeps its device's link."""
     rows: dict[int, list[tuple[int, LinkSpec]]] = {}
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
+    for line, row in _trace_lines(path):
+        where = f"{path}:{line}"
+        missing = [c for c in TRACE_COLUMNS if c not in row]
         if missing:
-            raise NetworkConfigError(f"{path}:1: missing column(s) {', '.join(missing)}")
-        for row in reader:
-            line = reader.line_num
-            values: dict[str, float] = {}
-            for column in TRACE_COLUMNS:
-                try:
-                    values[column] = float(row[column])
-                except (TypeError, ValueError):
-                    raise NetworkConfigError(
-                        f"{path}:{line}: field {column!r} is not a number: {row[column]!r}"
-                    ) from None
-            where = f"{path}:{line}"
-            for column in ("client", "round"):  # nan and inf are floats, never ids
-                if not math.isfinite(values[column]):
-                    raise NetworkConfigError(
-                        f"{where}: field {column!r} = {row[column]!r} is not an integer"
-                    )
-            client, start = int(values["client"]), int(values["round"])
-            if values["client"] != client or not 0 <= client < num_clients:
+            raise NetworkConfigError(f"{where}: missing field(s) {', '.join(missing)}")
+        values: dict[str, float] = {}
+        for column in TRACE_COLUMNS:
+            value = row[column]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise NetworkConfigError(f"{where}: field {column!r} is not a number: {value!r}")
+            values[column] = float(value)
+        for column in ("client", "round"):  # nan and inf are floats, never ids
+            if not math.isfinite(values[column]):
                 raise NetworkConfigError(
-                    f"{where}: field 'client' = {row['client']!r} is not a client id in "
-                    f"0..{num_clients - 1}"
+                    f"{where}: field {column!r} = {row[column]!r} is not an integer"
                 )
-            if values["round"] != start or start < 1:
-                raise NetworkConfigError(f"{where}: field 'round' must be an integer >= 1")
-            latency = _positive(where, "latency_ms", values["latency_ms"], allow_zero=True)
-            up = _positive(where, "uplink_mbps", values["uplink_mbps"])
-            down = _positive(where, "downlink_mbps", values["downlink_mbps"])
-            earlier = rows.setdefault(client, [])
-            if earlier and start <= earlier[-1][0]:
-                raise NetworkConfigError(
-                    f"{where}: round {start} of client {client} is not after its previous row "
-                    f"(round {earlier[-1][0]}); a client's rows must go forward in time"
-                )
-            earlier.append((start, LinkSpec(latency / 1000.0, up * MBPS, down * MBPS)))
+        client, start = int(values["client"]), int(values["round"])
+        if values["client"] != client or not 0 <= client < num_clients:
+            raise NetworkConfigError(
+                f"{where}: field 'client' = {row['client']!r} is not a client id in "
+                f"0..{num_clients - 1}"
+            )
+        if values["round"] != start or start < 1:
+            raise NetworkConfigError(f"{where}: field 'round' must be an integer >= 1")
+        latency = _positive(where, "latency_ms", values["latency_ms"], allow_zero=True)
+        up = _positive(where, "uplink_mbps", values["uplink_mbps"])
+        down = _positive(where, "downlink_mbps", values["downlink_mbps"])
+        earlier = rows.setdefault(client, [])
+        if earlier and start <= earlier[-1][0]:
+            raise NetworkConfigError(
+                f"{where}: round {start} of client {client} is not after its previous row "
+                f"(round {earlier[-1][0]}); a client's rows must go forward in time"
+            )
+        earlier.append((start, LinkSpec(latency / 1000.0, up * MBPS, down * MBPS)))
     return {client: tuple(changes) for client, changes in rows.items()}

@@ -1,18 +1,18 @@
 """A bad configuration stops the launcher before anything starts, naming file:line or key."""
 
+import math
 import re
 from pathlib import Path
 
 import pytest
 
 from scripts import run_simulation
+from tests.server.test_network import trace_line
 
-TRACE_HEADER = "round,client,latency_ms,uplink_mbps,downlink_mbps\n"
 
-
-def _networks(tmp_path: Path, trace_rows: str) -> str:
-    trace = tmp_path / "trace.csv"
-    trace.write_text(TRACE_HEADER + trace_rows)
+def _networks(tmp_path: Path, *rows: tuple[float, ...]) -> str:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(trace_line(*row) for row in rows))
     networks = tmp_path / "networks.toml"
     networks.write_text(f'[network.t]\nkind = "trace"\nfile = "{trace}"\n')
     return f"num-clients=3 network=t networks-file={networks}"
@@ -24,20 +24,20 @@ CASES = {
         r"preset .*bad\.toml: .*\(at line 2, column",
     ),
     "trace client nan": (
-        lambda tmp: _networks(tmp, "1,0,1,1,1\n1,nan,1,1,1\n"),
-        r"trace\.csv:3: field 'client' = 'nan' is not an integer",
+        lambda tmp: _networks(tmp, (1, 0, 1, 1, 1), (1, math.nan, 1, 1, 1)),
+        r"trace\.jsonl:2: field 'client' = nan is not an integer",
     ),
     "trace round inf": (
-        lambda tmp: _networks(tmp, "inf,0,1,1,1\n"),
-        r"trace\.csv:2: field 'round' = 'inf' is not an integer",
+        lambda tmp: _networks(tmp, (math.inf, 0, 1, 1, 1)),
+        r"trace\.jsonl:1: field 'round' = inf is not an integer",
     ),
     "trace rows going back": (
-        lambda tmp: _networks(tmp, "5,0,1,1,1\n2,0,1,1,1\n"),
-        r"trace\.csv:3: round 2 of client 0 is not after its previous row \(round 5\)",
+        lambda tmp: _networks(tmp, (5, 0, 1, 1, 1), (2, 0, 1, 1, 1)),
+        r"trace\.jsonl:2: round 2 of client 0 is not after its previous row \(round 5\)",
     ),
     "trace rows repeated": (
-        lambda tmp: _networks(tmp, "5,1,1,1,1\n5,1,2,2,2\n"),
-        r"trace\.csv:3: round 5 of client 1 is not after its previous row",
+        lambda tmp: _networks(tmp, (5, 1, 1, 1, 1), (5, 1, 2, 2, 2)),
+        r"trace\.jsonl:2: round 5 of client 1 is not after its previous row",
     ),
     "cr-min above cr-max": (
         lambda tmp: "strategy=topk cr-schedule=nsga2 cr-min=0.2 cr-max=0.1",

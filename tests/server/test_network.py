@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -5,7 +6,7 @@ import pytest
 from common.settings import PROJECT_ROOT
 from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile
-from timing.network import NetworkConfigError, load_schedule, load_trace
+from timing.network import TRACE_COLUMNS, NetworkConfigError, load_schedule, load_trace
 from wire.tally import ClientWork
 
 PRESETS = PROJECT_ROOT / "configs" / "networks.toml"
@@ -53,24 +54,41 @@ def test_trace_rows_hold_from_their_round() -> None:
     assert load_schedule(PRESETS, "trace-example", 4, 0).link(5, 3) is None  # not in the trace
 
 
-GOOD = "round,client,latency_ms,uplink_mbps,downlink_mbps\n1,0,10,5,20\n"
+def trace_line(*values: object) -> str:
+    """One line of a JSON Lines trace: round, client, latency_ms, uplink_mbps, downlink_mbps."""
+    return json.dumps(dict(zip(TRACE_COLUMNS, values, strict=True))) + "\n"
+
+
+GOOD = trace_line(1, 0, 10, 5, 20)
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (
-            "round,client,latency_ms,downlink_mbps\n1,0,10,20\n",
-            r"trace.csv:1: missing column\(s\) uplink_mbps",
+            json.dumps({"round": 1, "client": 0, "latency_ms": 10, "downlink_mbps": 20}),
+            r"trace.jsonl:1: missing field\(s\) uplink_mbps",
         ),
-        (GOOD + "3,1,10,-5,20\n", r"trace.csv:3: field 'uplink_mbps' must be > 0"),
-        (GOOD + "3,7,10,5,20\n", r"trace.csv:3: field 'client' = '7' is not a client id in 0..1"),
-        (GOOD + "3,1,fast,5,20\n", r"trace.csv:3: field 'latency_ms' is not a number"),
-        (GOOD + "0,1,10,5,20\n", r"trace.csv:3: field 'round' must be an integer >= 1"),
+        (GOOD + trace_line(3, 1, 10, -5, 20), r"trace.jsonl:2: field 'uplink_mbps' must be > 0"),
+        (
+            GOOD + trace_line(3, 7, 10, 5, 20),
+            r"trace.jsonl:2: field 'client' = 7 is not a client id in 0..1",
+        ),
+        (
+            GOOD + trace_line(3, 1, "fast", 5, 20),
+            r"trace.jsonl:2: field 'latency_ms' is not a number: 'fast'",
+        ),
+        (
+            GOOD + trace_line(0, 1, 10, 5, 20),
+            r"trace.jsonl:2: field 'round' must be an integer >= 1",
+        ),
+        (GOOD + "\n" + trace_line(3, True, 10, 5, 20), r"trace.jsonl:3: field 'client' is not a"),
+        (GOOD + "[3, 1, 10, 5, 20]\n", r"trace.jsonl:2: not a JSON object"),
+        (GOOD + "3,1,10,5,20\n", r"trace.jsonl:2: not JSON"),  # a CSV row
     ],
 )
 def test_malformed_trace_names_file_line_and_field(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "trace.csv"
+    path = tmp_path / "trace.jsonl"
     path.write_text(text)
     with pytest.raises(NetworkConfigError, match=message):
         load_trace(path, num_clients=2)
@@ -86,7 +104,7 @@ def test_malformed_trace_names_file_line_and_field(tmp_path: Path, text: str, me
         ('kind = "segments"\nsegment = [[1, 1.0, 3.0]]', r"unknown field 'segment'"),
         ('kind = "wifi"', r"field 'kind' must be one of static, segments, trace"),
         ('kind = "static"\njitter = 1.5', r"field 'jitter' must be < 1"),
-        ('kind = "trace"', r"field 'file' \(the trace CSV\) is required"),
+        ('kind = "trace"', r"field 'file' \(the trace, JSON Lines\) is required"),
     ],
 )
 def test_malformed_preset_names_file_line_and_field(
