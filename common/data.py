@@ -1,7 +1,10 @@
-"""Data: bundled digits (or a Hugging Face dataset), the server's test split, client partitions.
+"""Data: bundled digits, generated Synthetic(α, β) (or a Hugging Face dataset), the server's
+test split, client partitions.
 
-The held-out test split stays at the server; the rest is partitioned over the clients with
-flwr-datasets partitioners on an in-memory ``datasets.Dataset``.
+Digits: the held-out test split stays at the server; the rest is partitioned over the clients
+with flwr-datasets partitioners on an in-memory ``datasets.Dataset``. Synthetic: each client's
+data is generated for it (``common.synthetic``); the server tests on every client's held-out
+share.
 
 scikit-learn, ``datasets`` and flwr-datasets are imported where a split is made, not with this
 module: on a device every message starts a fresh ClientApp process, which needs the data
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from common import synthetic
 from common.settings import Settings
 
 if TYPE_CHECKING:
@@ -63,12 +67,6 @@ def _digits() -> ArrayData:
     return ArrayData(x=x, y=np.asarray(bunch.target, dtype=np.int64))
 
 
-def data_spec(settings: Settings) -> DataSpec:
-    if settings.dataset == DIGITS:
-        return DIGITS_SPEC
-    return _hub_spec(settings.dataset)
-
-
 def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
     """Stratified, seeded split of the bundled digits into (train, test)."""
     from sklearn.model_selection import train_test_split
@@ -84,11 +82,64 @@ def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
     return ArrayData(x_train, y_train), ArrayData(x_test, y_test)
 
 
+def _digits_partition(settings: Settings, partition_id: int) -> ArrayData:
+    train, _ = split_train_test(settings)
+    partitioner = make_partitioner(settings)
+    partitioner.dataset = _to_dataset(train)
+    part = partitioner.load_partition(partition_id).with_format("numpy")
+    if len(part) == 0:
+        raise ValueError(
+            f"partition {partition_id} is empty with partitioner={settings.partitioner!r} "
+            f"and num-clients={settings.num_clients}"
+        )
+    return ArrayData(
+        x=np.asarray(part["x"], dtype=np.float32), y=np.asarray(part["label"], dtype=np.int64)
+    )
+
+
+def _synthetic_split(settings: Settings, client: int) -> tuple[ArrayData, ArrayData]:
+    x, y = synthetic.client_samples(
+        settings.synthetic_alpha, settings.synthetic_beta, settings.seed, client
+    )
+    cut = synthetic.split_point(len(y), settings.test_fraction)
+    return ArrayData(x[:cut], y[:cut]), ArrayData(x[cut:], y[cut:])
+
+
+def _synthetic_test(settings: Settings) -> ArrayData:
+    parts = [_synthetic_split(settings, k)[1] for k in range(settings.num_clients)]
+    return ArrayData(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
+
+
+@dataclass(frozen=True)
+class LocalDataset:
+    """A data set made on this machine: its sample shape, a client's training data, and the
+    server's test set."""
+
+    spec: DataSpec
+    partition: Callable[[Settings, int], ArrayData]
+    server_test: Callable[[Settings], ArrayData]
+
+
+SYNTHETIC = "synthetic"
+SYNTHETIC_SPEC = DataSpec(image_shape=(1, 1, synthetic.NUM_FEATURES), num_classes=10)
+# dataset -> how it is made; any other name is a Hugging Face dataset
+LOCAL_DATASETS: dict[str, LocalDataset] = {
+    DIGITS: LocalDataset(DIGITS_SPEC, _digits_partition, lambda s: split_train_test(s)[1]),
+    SYNTHETIC: LocalDataset(
+        SYNTHETIC_SPEC, lambda s, k: _synthetic_split(s, k)[0], _synthetic_test
+    ),
+}
+
+
+def data_spec(settings: Settings) -> DataSpec:
+    local = LOCAL_DATASETS.get(settings.dataset)
+    return _hub_spec(settings.dataset) if local is None else local.spec
+
+
 def server_test_split(settings: Settings) -> ArrayData:
     """The centralized evaluation set kept at the server."""
-    if settings.dataset == DIGITS:
-        return split_train_test(settings)[1]
-    return _hub_split(settings.dataset, "test")
+    local = LOCAL_DATASETS.get(settings.dataset)
+    return _hub_split(settings.dataset, "test") if local is None else local.server_test(settings)
 
 
 def _iid(settings: Settings) -> Partitioner:
@@ -142,20 +193,10 @@ def client_partition(settings: Settings, partition_id: int) -> ArrayData:
             f"partition-id {partition_id} is outside 0..{settings.num_clients - 1} "
             f"(num-clients = {settings.num_clients})"
         )
-    if settings.dataset != DIGITS:
+    local = LOCAL_DATASETS.get(settings.dataset)
+    if local is None:
         return _hub_partition(settings, partition_id)
-    train, _ = split_train_test(settings)
-    partitioner = make_partitioner(settings)
-    partitioner.dataset = _to_dataset(train)
-    part = partitioner.load_partition(partition_id).with_format("numpy")
-    if len(part) == 0:
-        raise ValueError(
-            f"partition {partition_id} is empty with partitioner={settings.partitioner!r} "
-            f"and num-clients={settings.num_clients}"
-        )
-    return ArrayData(
-        x=np.asarray(part["x"], dtype=np.float32), y=np.asarray(part["label"], dtype=np.int64)
-    )
+    return local.partition(settings, partition_id)
 
 
 def _to_dataset(data: ArrayData) -> Dataset:

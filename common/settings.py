@@ -84,7 +84,16 @@ class Settings:
     num_clients: int = _spec(minimum=1, doc="number of clients (SuperNodes) in the run")
     num_server_rounds: int = _spec(minimum=1, doc="synchronous training rounds")
     seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
-    dataset: str = _spec(doc='"digits" (bundled) or a Hugging Face dataset name')
+    dataset: str = _spec(
+        doc='"digits" (bundled), "synthetic" (FedProx\'s Synthetic(α, β), generated per client) '
+        "or a Hugging Face dataset name"
+    )
+    synthetic_alpha: float = _spec(
+        minimum=0.0, doc="synthetic: how much the clients' models differ (FedProx's α)"
+    )
+    synthetic_beta: float = _spec(
+        minimum=0.0, doc="synthetic: how much the clients' data differ (FedProx's β)"
+    )
     test_fraction: float = _spec(
         minimum=0.0,
         maximum=1.0,
@@ -245,6 +254,13 @@ class Settings:
                 "them at the same coordinates: strategy = 'dense' or collective = 'allreduce' "
                 f"(got collective = {self.collective!r}, whose index sets differ per client)"
             )
+        if self.dataset == "synthetic" and self.partitioner != "iid":
+            raise ConfigError(
+                f"partitioner = {self.partitioner!r} splits digits; dataset = 'synthetic' is "
+                "generated per client (heterogeneity: synthetic-alpha, synthetic-beta)"
+            )
+        if self.dataset == "synthetic" and self.model == "cnn":
+            raise ConfigError("model = 'cnn' needs images; dataset = 'synthetic' has 60 features")
         if self.cr_min >= self.cr_max:
             raise ConfigError(f"cr-min ({self.cr_min}) must be below cr-max ({self.cr_max})")
         if self.batch_min > self.batch_max:

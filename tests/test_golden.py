@@ -33,6 +33,8 @@ NEW_SETTINGS = {
     "robust-clip": 3.0,
     "robust-trim": 0.2,
     "short-polls": False,
+    "synthetic-alpha": 1.0,
+    "synthetic-beta": 1.0,
 }
 RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
 
