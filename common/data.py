@@ -121,7 +121,9 @@ class LocalDataset:
 
 
 SYNTHETIC = "synthetic"
-SYNTHETIC_SPEC = DataSpec(image_shape=(1, 1, synthetic.NUM_FEATURES), num_classes=10)
+SYNTHETIC_SPEC = DataSpec(
+    image_shape=(1, 1, synthetic.NUM_FEATURES), num_classes=synthetic.NUM_CLASSES
+)
 # dataset -> how it is made; any other name is a Hugging Face dataset
 LOCAL_DATASETS: dict[str, LocalDataset] = {
     DIGITS: LocalDataset(DIGITS_SPEC, _digits_partition, lambda s: split_train_test(s)[1]),

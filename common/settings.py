@@ -19,6 +19,7 @@ from typing import Any
 
 from common.flower_polls import check_flower
 from common.rates import check_stream_rates
+from common.synthetic import NUM_FEATURES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,9 @@ class Settings:
         "or a Hugging Face dataset name"
     )
     synthetic_alpha: float = _spec(
-        minimum=0.0, doc="synthetic: how much the clients' models differ (FedProx's α)"
+        minimum=0.0,
+        doc="synthetic: FedProx's α, the spread of the clients' model means (as published it "
+        "changes no label)",
     )
     synthetic_beta: float = _spec(
         minimum=0.0, doc="synthetic: how much the clients' data differ (FedProx's β)"
@@ -256,11 +259,14 @@ class Settings:
             )
         if self.dataset == "synthetic" and self.partitioner != "iid":
             raise ConfigError(
-                f"partitioner = {self.partitioner!r} splits digits; dataset = 'synthetic' is "
-                "generated per client (heterogeneity: synthetic-alpha, synthetic-beta)"
+                f"partitioner = {self.partitioner!r} splits a data set over the clients; "
+                "dataset = 'synthetic' is generated per client (its heterogeneity: "
+                "synthetic-alpha, synthetic-beta)"
             )
         if self.dataset == "synthetic" and self.model == "cnn":
-            raise ConfigError("model = 'cnn' needs images; dataset = 'synthetic' has 60 features")
+            raise ConfigError(
+                f"model = 'cnn' needs images; dataset = 'synthetic' has {NUM_FEATURES} features"
+            )
         if self.cr_min >= self.cr_max:
             raise ConfigError(f"cr-min ({self.cr_min}) must be below cr-max ({self.cr_max})")
         if self.batch_min > self.batch_max:

@@ -1,10 +1,11 @@
 """Synthetic(α, β): the FedProx paper's heterogeneous benchmark (Li et al., MLSys 2020, section
 5.1, after Shamir et al. 2014), generated per client, seeded, with no download.
 
-Client k draws u_k ~ N(0, α) and B_k ~ N(0, β); its model W_k (10 x 60) and b_k have entries
-~ N(u_k, 1); its feature mean v_k has entries ~ N(B_k, 1); x ~ N(v_k, Σ) with Σ diagonal,
-Σ_jj = j^-1.2; y = argmax(W_k x + b_k). α sets how much the clients' models differ, β how much
-their data does. Client k has floor(lognormal(4, 2)) + 50 samples, as in FedProx's generator.
+Client k draws u_k ~ N(0, α) and B_k ~ N(0, β) (α and β standard deviations, as in FedProx's
+code); its model W_k (10 x 60) and b_k have entries ~ N(u_k, 1); its feature mean v_k has
+entries ~ N(B_k, 1); x ~ N(v_k, Σ) with Σ diagonal, Σ_jj = j^-1.2; y = argmax(W_k x + b_k).
+β sets how much the clients' data differ; α is meant to set how much their models do (below).
+Client k has floor(lognormal(4, 2)) + 50 samples, as in FedProx's generator.
 
 As published, α does not change the labels: W_k and b_k are u_k plus standard normals, which
 adds u_k (sum(x) + 1) to every class's logit alike and leaves the argmax where it was (the

@@ -18,24 +18,33 @@ PYPROJECT = "pyproject.toml"
 
 
 def bundled_dirs(project: Path = PROJECT_ROOT) -> list[str]:
-    """The top-level directories the FAB's ``fab-include`` patterns reach into."""
+    """The top-level directories the FAB's ``fab-include`` patterns reach into; each pattern
+    must start with the plain name of a directory of the project (``client/**/*.py``)."""
     app = tomllib.loads((project / PYPROJECT).read_text())["tool"]["flwr"]["app"]
-    patterns: list[str] = app["fab-include"]
-    tops = {pattern.lstrip("/").split("/", 1)[0] for pattern in patterns}
-    if not all("/" in pattern.lstrip("/") for pattern in patterns):
-        raise ValueError(f"{PYPROJECT}: every fab-include pattern names a directory: {patterns}")
+    patterns = app.get("fab-include")
+    if not patterns:
+        raise ValueError(f"{PYPROJECT}: [tool.flwr.app] has no fab-include: nothing to stage")
+    tops = set()
+    for pattern in patterns:
+        top, _, rest = pattern.lstrip("/").partition("/")
+        plain = rest and top not in (".", "..") and not any(c in top for c in "*?[]!")
+        if not plain or not (project / top).is_dir():
+            raise ValueError(
+                f"{PYPROJECT}: fab-include pattern {pattern!r} must start with the name of a "
+                "directory of the project"
+            )
+        tops.add(top)
     return sorted(tops)
 
 
 def stage_app(dest: Path, project: Path = PROJECT_ROOT) -> Path:
-    """Copy the bundled directories and pyproject.toml of ``project`` into ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Copy the bundled directories and pyproject.toml of ``project`` into ``dest`` (emptied
+    first: a file deleted from the project is gone from the stage too)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
     shutil.copy2(project / PYPROJECT, dest / PYPROJECT)
     for name in bundled_dirs(project):
         shutil.copytree(
-            project / name,
-            dest / name,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-            dirs_exist_ok=True,
+            project / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
     return dest

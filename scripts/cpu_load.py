@@ -10,7 +10,9 @@ CPU time each kind of process uses over ``--window-s``. With ``--rounds N``: run
 preset for N rounds and measures from the end of round 2 to the end of round N. Prints cores
 (1.0 = one core busy the whole window) and, for a run, CPU seconds per round and the
 SuperLink's requests per round by path (``scripts.count_requests``). The SuperLink is one
-process: its CPU seconds per round are a floor under the round's wall time.
+process: its CPU seconds per round are a floor under the round's wall time. Measured: the
+processes alive at both ends of the window (so a run needs ``--agents``); the request counts
+are the SuperLink's file of counts, written every 0.5 s, read at both ends.
 """
 
 from __future__ import annotations
@@ -87,9 +89,10 @@ class Window:
 def _measure_idle(federation: Federation, settle_s: float, window_s: float) -> Window:
     time.sleep(settle_s)
     pids = _federation_pids(federation)
-    before = cpu_seconds(pids)
+    before, began = cpu_seconds(pids), time.monotonic()
     time.sleep(window_s)
-    return Window(before, cpu_seconds(pids), window_s)
+    after = cpu_seconds(pids)
+    return Window(before, after, time.monotonic() - began)
 
 
 def _measure_run(
@@ -130,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 3:
         parser.error("--rounds must be at least 3 (rounds 1 and 2 are start-up)")
+    if args.rounds is not None and not args.agents:
+        parser.error(
+            "--rounds needs --agents: a ClientApp process per message lives and dies within "
+            "the window, and only processes alive at both ends are measured"
+        )
     runtime = NodeRuntime(agents=args.agents, short_polls=args.short_polls)
     overrides = deployment_overrides(
         parse_overrides(

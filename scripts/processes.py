@@ -72,6 +72,8 @@ def stop_trees(
 ) -> None:
     """``stop_tree`` for several processes at once: all are asked to stop together, so the
     wait is the slowest one's, not the sum."""
+    # A process already reaped (a crash we caused) is skipped: its PID may be another's now.
+    procs = [proc for proc in procs if proc.poll() is None]
     known = {p for proc in procs for p in process_tree(proc.pid)}
     _signal(known, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

@@ -174,22 +174,36 @@ def load_schedule(
     )
 
 
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"field(s) given twice: {', '.join(repeated)}")
+    return dict(pairs)
+
+
 def _trace_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSON Lines trace."""
+    """(line number, object) for each non-blank line of a JSON Lines trace (UTF-8)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise NetworkConfigError(f"{path}: cannot read trace ({exc})") from exc
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    found = False
+    for line_number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_refuse_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise NetworkConfigError(f"{path}:{line_number}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # duplicate keys, absurd nesting
+            raise NetworkConfigError(f"{path}:{line_number}: {exc}") from None
         if not isinstance(row, dict):
             raise NetworkConfigError(f"{path}:{line_number}: not a JSON object")
+        found = True
         yield line_number, row
+    if not found:
+        raise NetworkConfigError(f"{path}: the trace has no lines")
 
 
 def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkSpec], ...]]:
@@ -205,19 +219,22 @@ def load_trace(path: Path, num_clients: int) -> dict[int, tuple[tuple[int, LinkS
             value = row[column]
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise NetworkConfigError(f"{where}: field {column!r} is not a number: {value!r}")
-            values[column] = float(value)
-        for column in ("client", "round"):  # nan and inf are floats, never ids
-            if not math.isfinite(values[column]):
+            try:
+                values[column] = float(value)
+            except OverflowError:
+                raise NetworkConfigError(f"{where}: field {column!r} is out of range") from None
+        for column in ("client", "round"):  # nan, inf and 1.5 are floats, never ids
+            if not isinstance(row[column], int) and not float(row[column]).is_integer():
                 raise NetworkConfigError(
                     f"{where}: field {column!r} = {row[column]!r} is not an integer"
                 )
-        client, start = int(values["client"]), int(values["round"])
-        if values["client"] != client or not 0 <= client < num_clients:
+        client, start = int(row["client"]), int(row["round"])
+        if not 0 <= client < num_clients:
             raise NetworkConfigError(
                 f"{where}: field 'client' = {row['client']!r} is not a client id in "
                 f"0..{num_clients - 1}"
             )
-        if values["round"] != start or start < 1:
+        if start < 1:
             raise NetworkConfigError(f"{where}: field 'round' must be an integer >= 1")
         latency = _positive(where, "latency_ms", values["latency_ms"], allow_zero=True)
         up = _positive(where, "uplink_mbps", values["uplink_mbps"])

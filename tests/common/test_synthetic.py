@@ -81,4 +81,6 @@ def test_a_federation_trains_on_synthetic_data(tmp_path: Path) -> None:
     rows = read_rounds(tmp_path)
     assert [r["num_clients"] for r in rows] == [5] * 6
     assert rows[-1]["loss"] < rows[0]["loss"]
-    assert rows[-1]["accuracy"] > 0.1  # ten labels: better than chance
+    test_labels = server_test_split(settings).y
+    majority = np.bincount(test_labels).max() / len(test_labels)  # always guessing one label
+    assert rows[-1]["accuracy"] > majority + 0.05

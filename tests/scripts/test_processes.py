@@ -23,7 +23,9 @@ def test_every_tree_stops_and_a_process_that_ignores_sigterm_is_killed() -> None
             assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         pids = {pid for proc in procs for pid in process_tree(proc.pid)}
         assert len(pids) == 4  # three, and the child of one
-        stop_trees(procs, grace_s=0.5)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # reaped: its PID may be reused, so it must not be signalled
+        stop_trees([*procs, gone], grace_s=0.5)
         assert not any(_alive(pid) for pid in pids)
         assert procs[0].returncode == -9  # SIGKILL after the grace period
         assert procs[2].returncode == -15

@@ -85,6 +85,14 @@ GOOD = trace_line(1, 0, 10, 5, 20)
         (GOOD + "\n" + trace_line(3, True, 10, 5, 20), r"trace.jsonl:3: field 'client' is not a"),
         (GOOD + "[3, 1, 10, 5, 20]\n", r"trace.jsonl:2: not a JSON object"),
         (GOOD + "3,1,10,5,20\n", r"trace.jsonl:2: not JSON"),  # a CSV row
+        (
+            GOOD + trace_line(3, 1, 10, 5, 20)[:-2] + ', "client": 0}\n',
+            r":2: .*given twice: client",
+        ),
+        (GOOD + trace_line(2.5, 1, 10, 5, 20), r"trace.jsonl:2: field 'round' = 2.5 is not an"),
+        (GOOD + trace_line(3, 1, int("1" + "0" * 400), 5, 20), r":2: field 'latency_ms' is out"),
+        ("[" * 100_000 + "]" * 100_000 + "\n", r"trace.jsonl:1: maximum recursion depth"),
+        ("\n \n", r"trace.jsonl: the trace has no lines"),
     ],
 )
 def test_malformed_trace_names_file_line_and_field(tmp_path: Path, text: str, message: str) -> None:
