@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from common import synthetic
+from common import local_files, synthetic
 from common.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,23 +67,32 @@ def _digits() -> ArrayData:
     return ArrayData(x=x, y=np.asarray(bunch.target, dtype=np.int64))
 
 
-def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
-    """Stratified, seeded split of the bundled digits into (train, test)."""
+def _split(settings: Settings, data: ArrayData) -> tuple[ArrayData, ArrayData]:
+    """Seeded split into (train, test), stratified where every label has two samples."""
     from sklearn.model_selection import train_test_split
 
-    data = _digits()
+    classes = np.unique(data.y)
+    held = int(np.ceil(settings.test_fraction * len(data)))
+    fits = min(held, len(data) - held) >= len(classes)  # each side can hold every label
+    stratify = data.y if fits and np.bincount(data.y)[classes].min() >= 2 else None
     x_train, x_test, y_train, y_test = train_test_split(
         data.x,
         data.y,
         test_size=settings.test_fraction,
         random_state=settings.seed,
-        stratify=data.y,
+        stratify=stratify,
     )
     return ArrayData(x_train, y_train), ArrayData(x_test, y_test)
 
 
-def _digits_partition(settings: Settings, partition_id: int) -> ArrayData:
-    train, _ = split_train_test(settings)
+def split_train_test(settings: Settings) -> tuple[ArrayData, ArrayData]:
+    """Stratified, seeded split of the bundled digits into (train, test)."""
+    return _split(settings, _digits())
+
+
+def _partition(settings: Settings, data: ArrayData, partition_id: int) -> ArrayData:
+    """Partition ``partition_id`` of the training part of ``data``."""
+    train, _ = _split(settings, data)
     partitioner = make_partitioner(settings)
     partitioner.dataset = _to_dataset(train)
     part = partitioner.load_partition(partition_id).with_format("numpy")
@@ -126,21 +135,50 @@ SYNTHETIC_SPEC = DataSpec(
 )
 # dataset -> how it is made; any other name is a Hugging Face dataset
 LOCAL_DATASETS: dict[str, LocalDataset] = {
-    DIGITS: LocalDataset(DIGITS_SPEC, _digits_partition, lambda s: split_train_test(s)[1]),
+    DIGITS: LocalDataset(
+        DIGITS_SPEC, lambda s, k: _partition(s, _digits(), k), lambda s: split_train_test(s)[1]
+    ),
     SYNTHETIC: LocalDataset(
         SYNTHETIC_SPEC, lambda s, k: _synthetic_split(s, k)[0], _synthetic_test
     ),
 }
 
 
+def _file_dataset(dataset: str) -> LocalDataset | None:
+    """``dataset = "KIND:PATH"`` (``common.local_files``); None: no local file kind."""
+    parsed = local_files.parse(dataset)
+    if parsed is None:
+        return None
+    load, path = parsed
+    x, y, shape = load(path)
+    data = ArrayData(x, y)
+    return LocalDataset(
+        DataSpec(shape, int(y.max()) + 1),
+        lambda s, k: _partition(s, data, k),
+        lambda s: _split(s, data)[1],
+    )
+
+
+_FILE_DATASETS: dict[str, LocalDataset | None] = {}  # a file is read once per process
+
+
+def _local(dataset: str) -> LocalDataset | None:
+    """The data set made on this machine that ``dataset`` names; None: a hub name."""
+    if dataset in LOCAL_DATASETS:
+        return LOCAL_DATASETS[dataset]
+    if dataset not in _FILE_DATASETS:
+        _FILE_DATASETS[dataset] = _file_dataset(dataset)
+    return _FILE_DATASETS[dataset]
+
+
 def data_spec(settings: Settings) -> DataSpec:
-    local = LOCAL_DATASETS.get(settings.dataset)
+    local = _local(settings.dataset)
     return _hub_spec(settings.dataset) if local is None else local.spec
 
 
 def server_test_split(settings: Settings) -> ArrayData:
     """The centralized evaluation set kept at the server."""
-    local = LOCAL_DATASETS.get(settings.dataset)
+    local = _local(settings.dataset)
     return _hub_split(settings.dataset, "test") if local is None else local.server_test(settings)
 
 
@@ -195,7 +233,7 @@ def client_partition(settings: Settings, partition_id: int) -> ArrayData:
             f"partition-id {partition_id} is outside 0..{settings.num_clients - 1} "
             f"(num-clients = {settings.num_clients})"
         )
-    local = LOCAL_DATASETS.get(settings.dataset)
+    local = _local(settings.dataset)
     if local is None:
         return _hub_partition(settings, partition_id)
     return local.partition(settings, partition_id)

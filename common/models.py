@@ -72,3 +72,15 @@ def build_model(name: str, spec: DataSpec, seed: int) -> nn.Module:
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def check_model_fits(name: str, spec: DataSpec) -> None:
+    """ConfigError unless model ``name`` can be built for samples of ``spec``'s shape."""
+    from common.settings import ConfigError
+
+    _, height, width = spec.image_shape
+    if name == "cnn" and (height < 2 or width < 2):
+        raise ConfigError(
+            f"model = 'cnn' needs images of at least 2 x 2 pixels; the data's samples are "
+            f"{spec.image_shape} (channels, height, width)"
+        )

@@ -34,6 +34,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from common import local_files
+from common.data import data_spec
+from common.models import check_model_fits
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
 from scripts.app_bundle import stage_app
 from scripts.processes import stop_tree
@@ -103,7 +106,10 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     if not results.is_absolute():
         results = PROJECT_ROOT / results
     config["results-dir"] = str(results)
+    config["dataset"] = local_files.absolute(settings.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
+    if local_files.parse(settings.dataset) is not None:  # read it now: errors before anything
+        check_model_fits(settings.model, data_spec(settings))
     load_catalog(PROJECT_ROOT / settings.devices_file).assign(
         settings.device_mix, settings.num_clients
     )
