@@ -42,6 +42,7 @@ from flwr.proto.runtime_pb2 import (
     PullTaskInputRequest,
     SendTaskHeartbeatRequest,
 )
+from flwr.supercore import heartbeat as flower_heartbeat
 from flwr.supercore.auth.superexec_secret import load_superexec_auth_secret
 from flwr.supercore.constant import TaskType
 from flwr.supercore.heartbeat import HeartbeatSender
@@ -60,7 +61,12 @@ from flwr.supercore.run import Run, RunNotRunningException
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-from common.flower_polls import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S
+from common.flower_polls import (
+    HEARTBEAT_RANGE_S,
+    PULL_BACKOFF_CAP_S,
+    PULL_BACKOFF_S,
+    set_heartbeat,
+)
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
@@ -233,8 +239,10 @@ def serve(config: AgentConfig, app: ClientApp, stop: threading.Event) -> int:
 
 
 def warm_up() -> None:
-    """Pay a fresh process's one-off costs at start, not in the first round: the data
-    libraries a partition is made with (2-3 s here) and torch's first backward pass (1.6 s)."""
+    """Pay a fresh process's one-off costs while it waits for its first task, not in it: the
+    data libraries a partition is made with (2-3 s here) and torch's first backward pass
+    (1.6 s)."""
+    began = time.monotonic()
     import datasets  # noqa: F401
     import flwr_datasets.partitioner  # noqa: F401
     import sklearn.datasets  # noqa: F401
@@ -244,6 +252,7 @@ def warm_up() -> None:
     layer = torch.nn.Linear(4, 2)
     layer(torch.zeros(1, 4)).sum().backward()
     torch.optim.SGD(layer.parameters(), lr=0.1).step()
+    log.info("warmed up in %.1f s (data libraries, first backward pass)", time.monotonic() - began)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,12 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per poll
     from client.app import make_app  # torch and the model: imported once, here
 
-    began = time.monotonic()
-    warm_up()
-    log.info(
-        "warmed up in %.1f s (data libraries, torch's first backward pass)",
-        time.monotonic() - began,
-    )
+    # A task's heartbeat at Flower's shortest interval (a beat every 4 s, not 20 s): a SuperNode
+    # told to expect it (edgeflex-supernode --heartbeat-interval-s 10) gives up on the task of a
+    # killed agent after 20 s instead of a minute.
+    set_heartbeat(flower_heartbeat, interval_s=HEARTBEAT_RANGE_S[0])
+    # Beside the task loop, not before it: a restarted agent takes its node's next task at once.
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     live, subscriber = None, None
     if broker is not None:
         from client.live_stream import LiveStream, subscribe

@@ -13,7 +13,9 @@ asks the SuperLink ``1 / idle-poll-s`` times a second instead of once every 3 s.
 
 A SuperNode also tells the SuperLink its heartbeat interval (Flower's: 30 s, not settable), and
 the SuperLink drops a node silent for twice that: a dead device keeps its place for a minute.
-``set_heartbeat`` lets a node choose within Flower's own bounds (10-1,800 s).
+The same constant is how long a SuperNode waits for a task whose process died (a killed agent)
+before it answers for it with an error and takes the next message. ``set_heartbeat`` lets a
+node choose within Flower's own bounds (10-1,800 s).
 """
 
 from __future__ import annotations
@@ -96,17 +98,19 @@ def shorten_grid_pull() -> None:
         _short_pull(http_grid)
 
 
-def set_heartbeat(connection: ModuleType, sender: ModuleType, interval_s: float) -> None:
-    """A SuperNode's heartbeat interval: what it announces to the SuperLink
-    (``flwr.supernode.fleet_http_connection``) and how often it beats
-    (``flwr.supercore.heartbeat``: every 0.7-0.9 x (interval - 5 s))."""
+def set_heartbeat(*modules: ModuleType, interval_s: float) -> None:
+    """A heartbeat interval in Flower 1.42's modules that read ``HEARTBEAT_DEFAULT_INTERVAL``:
+    what a SuperNode announces to the SuperLink (``flwr.supernode.fleet_http_connection``), how
+    often a process beats (``flwr.supercore.heartbeat``: every 0.7-0.9 x (interval - 5 s)), and
+    how long a SuperNode waits for a silent task before it answers with an error
+    (``flwr.supercore.corestate.in_memory_corestate``: twice the interval)."""
     check_flower()
     low, high = HEARTBEAT_RANGE_S
     if not low <= interval_s <= high:
         raise ValueError(
             f"heartbeat interval must be within [{low:g}, {high:g}] s, got {interval_s}"
         )
-    for module in (connection, sender):
+    for module in modules:
         _require(module, "HEARTBEAT_DEFAULT_INTERVAL")
-    for module in (connection, sender):
+    for module in modules:
         module.HEARTBEAT_DEFAULT_INTERVAL = interval_s  # type: ignore[attr-defined]

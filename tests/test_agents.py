@@ -27,7 +27,8 @@ CONFIG = (
     "configs/scadles.toml adaptive-delta=0 num-clients=3 num-server-rounds=4 seed=5 "
     "min-clients=2 round-timeout-s=8"
 )
-RUNTIME = run_federation.NodeRuntime(agents=True, short_polls=True, mqtt=True)
+# A 10-s heartbeat: the SuperNode of a killed agent answers for its task after 20 s, not 60.
+RUNTIME = run_federation.NodeRuntime(agents=True, short_polls=True, heartbeat_s=10, mqtt=True)
 
 
 def _acquire(port: int, secret: bytes | None) -> None:

@@ -87,23 +87,24 @@ def test_the_heartbeat_interval_is_announced_and_kept_within_flowers_bounds(
     source: list[str],
 ) -> None:
     connection, sender = _fake_heartbeat_modules(source)
-    flower_polls.set_heartbeat(connection, sender, 10)
+    flower_polls.set_heartbeat(connection, sender, interval_s=10)
     assert connection.HEARTBEAT_DEFAULT_INTERVAL == sender.HEARTBEAT_DEFAULT_INTERVAL == 10
     for outside in (5, 3600):  # the SuperLink would refuse the node's activation
         with pytest.raises(ValueError, match=r"heartbeat interval must be within \[10, 1800\]"):
-            flower_polls.set_heartbeat(connection, sender, outside)
+            flower_polls.set_heartbeat(connection, sender, interval_s=outside)
     assert connection.HEARTBEAT_DEFAULT_INTERVAL == 10
     source[0] = "no such name"
     with pytest.raises(ValueError, match="has no 'HEARTBEAT_DEFAULT_INTERVAL'"):
-        flower_polls.set_heartbeat(connection, sender, 20)
+        flower_polls.set_heartbeat(connection, sender, interval_s=20)
     assert connection.HEARTBEAT_DEFAULT_INTERVAL == sender.HEARTBEAT_DEFAULT_INTERVAL == 10
 
 
 def test_the_installed_flower_announces_and_beats_by_the_patched_name() -> None:
     from flwr.common.constant import HEARTBEAT_MAX_INTERVAL, HEARTBEAT_MIN_INTERVAL
     from flwr.supercore import heartbeat
+    from flwr.supercore.corestate import in_memory_corestate
     from flwr.supernode import fleet_http_connection
 
     assert (HEARTBEAT_MIN_INTERVAL, HEARTBEAT_MAX_INTERVAL) == flower_polls.HEARTBEAT_RANGE_S
-    for module in (fleet_http_connection, heartbeat):
+    for module in (fleet_http_connection, heartbeat, in_memory_corestate):
         assert "HEARTBEAT_DEFAULT_INTERVAL" in flower_polls.inspect.getsource(module)
