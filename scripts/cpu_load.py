@@ -28,7 +28,7 @@ from pathlib import Path
 
 from scripts.count_requests import WRITE_EVERY_S, read_counts
 from scripts.peak_rss import kind
-from scripts.processes import process_tree
+from scripts.processes import process_tree, stat_fields
 from scripts.run_federation import Federation, NodeRuntime, deployment_overrides, local_federation
 from scripts.run_simulation import parse_overrides, resolve_settings
 
@@ -40,12 +40,8 @@ def cpu_seconds(pids: set[int]) -> CpuSeconds:
     ticks = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        name = kind(pid)
-        if name is not None:
+        fields, name = stat_fields(pid), kind(pid)
+        if fields is not None and name is not None:
             out[pid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
     return out
 

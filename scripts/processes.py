@@ -16,13 +16,19 @@ import time
 from pathlib import Path
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, process group) of ``pid``, or None if it is gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None if the
+    process is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of ``pid``, or None if it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]), int(fields[2]))
 
 
 def _alive(pid: int) -> bool:
