@@ -171,6 +171,11 @@ def _local(dataset: str) -> LocalDataset | None:
     return _FILE_DATASETS[dataset]
 
 
+def is_made_here(dataset: str) -> bool:
+    """True unless ``dataset`` names a Hugging Face hub data set (fetched, not made here)."""
+    return _local(dataset) is not None
+
+
 def data_spec(settings: Settings) -> DataSpec:
     local = _local(settings.dataset)
     return _hub_spec(settings.dataset) if local is None else local.spec

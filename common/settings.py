@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ TABLES = {
     "robust": "server.build:ROBUST",
 }
 TIMINGS = ("modelled", "measured")
+# A value of a key that takes references: a callable named "package.module:attribute"
+REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def table_names(field_name: str) -> tuple[str, ...]:
@@ -59,6 +62,7 @@ def _spec(
     *,
     choices: tuple[str, ...] | None = None,
     table: bool = False,
+    references: bool = False,
     minimum: float | None = None,
     maximum: float | None = None,
     exclusive_minimum: bool = False,
@@ -69,6 +73,7 @@ def _spec(
         metadata={
             "choices": choices,
             "table": table,
+            "references": references,
             "minimum": minimum,
             "maximum": maximum,
             "exclusive_minimum": exclusive_minimum,
@@ -109,7 +114,12 @@ class Settings:
         minimum=0.0, exclusive_minimum=True, doc="concentration of the dirichlet partitioner"
     )
     labels_per_client: int = _spec(minimum=1, doc="labels per client for the labels partitioner")
-    model: str = _spec(table=True, doc="model from the registry")
+    model: str = _spec(
+        table=True,
+        references=True,
+        doc="model from the registry, or your own: package.module:factory (a callable given "
+        "the data's DataSpec that returns an nn.Module)",
+    )
     strategy: str = _spec(table=True, doc="aggregation strategy")
     collective: str = _spec(
         table=True,
@@ -150,6 +160,15 @@ class Settings:
     )
     networks_file: str = _spec(doc="TOML file of network presets (relative to the app)")
     network: str = _spec(doc="network preset: how links change over rounds")
+    server_uplink_mbps: float = _spec(
+        minimum=0.0, doc="star: the server's uplink, shared by a phase's downloads (0: unlimited)"
+    )
+    server_downlink_mbps: float = _spec(
+        minimum=0.0, doc="star: the server's downlink, shared by a phase's uploads (0: unlimited)"
+    )
+    server_latency_ms: float = _spec(
+        minimum=0.0, doc="star: latency of the server's link, added to every transfer's"
+    )
     round_timeout_s: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="seconds to wait for replies in a round"
     )
@@ -297,6 +316,13 @@ class Settings:
                 check_flower()
             except ValueError as exc:
                 raise ConfigError(f"short-polls: {exc}") from None
+        server_link = (self.server_uplink_mbps, self.server_downlink_mbps, self.server_latency_ms)
+        if any(server_link) and (self.topology != "star" or self.timing == "measured"):
+            raise ConfigError(
+                "server-uplink-mbps, server-downlink-mbps and server-latency-ms model the "
+                "server's link in the modelled star (topology = 'star', timing = 'modelled'); "
+                f"got topology = {self.topology!r}, timing = {self.timing!r}"
+            )
         if self.timing == "measured" and self.topology != "star":
             raise ConfigError(
                 f"timing = 'measured' measures Flower's star exchanges; topology = "
@@ -337,8 +363,12 @@ def _check(f: dataclasses.Field[Any], value: Any, tables: bool) -> Any:
     choices = meta["choices"]
     if meta["table"] and tables:
         choices = table_names(f.name)
-    if choices is not None and value not in choices:
-        raise ConfigError(f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}")
+    is_reference = meta["references"] and REFERENCE.match(value) is not None
+    if choices is not None and value not in choices and not is_reference:
+        also = ", or package.module:factory" if meta["references"] else ""
+        raise ConfigError(
+            f"{key} = {value!r} is not allowed; allowed values: {', '.join(choices)}{also}"
+        )
     low, high = meta["minimum"], meta["maximum"]
     if low is not None and (value < low or (meta["exclusive_minimum"] and value == low)):
         bound = ">" if meta["exclusive_minimum"] else ">="

@@ -45,6 +45,7 @@ from scripts.publish_stream import publisher_command
 from scripts.run_simulation import (
     CONNECTION,
     FLWR_DIR,
+    describe_model,
     flower_env,
     format_overrides,
     free_port,
@@ -382,6 +383,7 @@ def run(
     """Run one experiment on a fresh local federation; return (exit code, results dir)."""
     overrides = deployment_overrides(overrides, runtime)
     settings = resolve_settings(overrides)
+    print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
     results_dir = Path(settings.results_dir)
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
     explicit["results-dir"] = settings.results_dir

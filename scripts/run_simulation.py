@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from common import local_files
-from common.data import data_spec
+from common.data import data_spec, is_made_here
 from common.models import check_model_fits
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
+from common.workload import Workload, check_workload
 from scripts.app_bundle import stage_app
 from scripts.processes import stop_tree
 from server.records import default_results_dir
@@ -108,8 +109,8 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     config["results-dir"] = str(results)
     config["dataset"] = local_files.absolute(settings.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
-    if local_files.parse(settings.dataset) is not None:  # read it now: errors before anything
-        check_model_fits(settings.model, data_spec(settings))
+    if is_made_here(settings.dataset):  # a local file is read now: errors before anything
+        check_model(settings)
     load_catalog(PROJECT_ROOT / settings.devices_file).assign(
         settings.device_mix, settings.num_clients
     )
@@ -117,6 +118,27 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
         PROJECT_ROOT / settings.networks_file, settings.network, settings.num_clients, settings.seed
     )
     return settings
+
+
+def check_model(settings: Settings) -> Workload:
+    """The model builds for the data and trains one step (its FLOPs counted), or ConfigError."""
+    spec = data_spec(settings)
+    check_model_fits(settings.model, spec)
+    try:
+        return check_workload(settings.model, spec, settings.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def describe_model(settings: Settings) -> str:
+    """One line for the terminal: the model's size and training FLOPs per sample."""
+    if not is_made_here(settings.dataset):
+        return f"edgeflex: model {settings.model} (checked by the ServerApp: hub data set)"
+    workload = check_model(settings)
+    return (
+        f"edgeflex: model {workload.model}: {workload.parameters:,} parameters, "
+        f"{workload.train_flops_per_sample / 1e6:.3f} MFLOP per training sample"
+    )
 
 
 def toml_value(value: Any) -> str:
@@ -242,6 +264,7 @@ def federation_config(settings: Settings) -> str:
 def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Path]:
     """Run one simulation; return (exit code, results dir)."""
     settings = resolve_settings(overrides)
+    print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
     results_dir = Path(settings.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     # One FLWR_HOME per run, named after this process, so runs never share Flower state.

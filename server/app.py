@@ -12,9 +12,10 @@ from flwr.serverapp import Grid, ServerApp
 
 from common.data import data_spec, server_test_split
 from common.flower_polls import shorten_grid_pull
-from common.models import build_model, num_parameters
+from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
+from common.workload import check_workload
 from compress import COMPRESSORS
 from server.build import (
     AUTO,
@@ -36,7 +37,7 @@ from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.round_times import RoundTimes
 from strategies.policies.weights import WEIGHTS
-from timing.clock import VirtualClock
+from timing.clock import ServerLink, VirtualClock
 from timing.devices import load_catalog
 from timing.network import load_schedule
 from timing.timed_grid import TimedGrid
@@ -116,17 +117,20 @@ def main(grid: Grid, context: Context) -> None:
     profiles = catalog.assign(settings.device_mix, settings.num_clients)
     spec = data_spec(settings)
     test = server_test_split(settings)
+    workload = check_workload(settings.model, spec, seed=settings.seed)
     model = build_model(settings.model, spec, seed=settings.seed)
     layout = Layout.of_model(model)
     initial = layout.unflatten(model_to_vector(model))
     results_dir = resolve_results_dir(settings)
-    recorder = RunRecorder(results_dir, settings.to_run_config())
+    recorder = RunRecorder(results_dir, settings.to_run_config(), workload.to_record())
     log(
         INFO,
-        "edgeflex: %s, model %s (%d parameters), %d clients, records in %s",
+        "edgeflex: %s, model %s (%d parameters, %.3g training FLOPs per sample), %d clients, "
+        "records in %s",
         settings.strategy,
         settings.model,
-        num_parameters(model),
+        workload.parameters,
+        workload.train_flops_per_sample,
         settings.num_clients,
         results_dir,
     )
@@ -134,7 +138,13 @@ def main(grid: Grid, context: Context) -> None:
     schedule = load_schedule(
         PROJECT_ROOT / settings.networks_file, settings.network, settings.num_clients, settings.seed
     )
-    strategy = build_strategy(settings, VirtualClock(profiles, schedule), layout)
+    server_link = ServerLink.from_mbps(
+        settings.server_uplink_mbps, settings.server_downlink_mbps, settings.server_latency_ms
+    )
+    clock = VirtualClock(
+        profiles, schedule, flops_per_sample=workload.train_flops_per_sample, server=server_link
+    )
+    strategy = build_strategy(settings, clock, layout)
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         result = evaluate(model, layout.flatten(arrays), test)

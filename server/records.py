@@ -31,8 +31,14 @@ def _finite_or_none(value: float) -> float | None:
 class RunRecorder:
     """Appends one JSON line per round (flushed, so a crash keeps what was done)."""
 
-    def __init__(self, results_dir: Path, resolved_config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        results_dir: Path,
+        resolved_config: dict[str, Any],
+        workload: dict[str, Any] | None = None,
+    ) -> None:
         self.results_dir = results_dir
+        self._workload = workload
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.rounds_path = results_dir / "rounds.jsonl"
         self.rounds_path.write_text("")
@@ -86,6 +92,8 @@ class RunRecorder:
             "bytes_down": sum(r["bytes_down"] for r in rounds),
             "config": self._config,
         }
+        if self._workload is not None:  # the model's size and counted training FLOPs
+            summary["workload"] = self._workload
         (self.results_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         title = f"{self._config.get('strategy', '')} on {self._config.get('dataset', '')}"
         plot_accuracy(rounds, self._initial_accuracy, self.results_dir / "accuracy.png", title)

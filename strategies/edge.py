@@ -310,6 +310,7 @@ class EdgeStrategy(FedAvg):
                 p.bytes_up,
                 p.reply.stream.wait_s if p.reply.stream is not None else 0.0,
                 p.measured,
+                steps=state.local_steps,
             )
             for p in accepted
         ]

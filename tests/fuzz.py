@@ -33,11 +33,11 @@ from common.settings import Settings, settings_with
 from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
-from timing.clock import VirtualClock
+from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 
-PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)
+PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 BASE = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
 # mode -> settings; phase -> (mode, message type, whose reply: a node id or "leader")
 MODES: dict[str, dict[str, object]] = {
@@ -255,7 +255,7 @@ def _run(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]
     settings = settings_with(**(BASE | MODES[mode]))
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(settings, VirtualClock({i: PROFILE for i in range(3)}), layout)
+    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, kind, target, mutate)
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]

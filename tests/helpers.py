@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Error, Message, Metadata, RecordDict
+
+from timing.clock import VirtualClock
+from timing.devices import DeviceProfile
+from timing.network import NetworkSchedule
 
 # What the foundation issue asks every line of rounds.jsonl to carry.
 REQUIRED_ROUND_FIELDS = {
@@ -95,3 +99,11 @@ def train_reply(
     from wire.messages import TrainReply
 
     return TrainReply(partition_id, num_examples, train_loss, **payload).to_content()
+
+
+def unit_clock(
+    profiles: Mapping[int, DeviceProfile], schedule: NetworkSchedule | None = None
+) -> VirtualClock:
+    """A virtual clock for a model of one training FLOP per sample: a device's FLOP/s reads
+    as samples per second."""
+    return VirtualClock(profiles, schedule, flops_per_sample=1.0)

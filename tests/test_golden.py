@@ -3,7 +3,9 @@
 Each case runs the real ServerApp (``server.app.main``) with the real ClientApp handlers
 behind an in-process grid (every message serialized as on the wire), and compares the records
 with the files under ``tests/golden/``, recorded from main before the strategy redesign
-(c62d31e). Wall-clock fields are left out; everything else must be equal, bit for bit.
+(c62d31e), and recorded anew once since, on purpose: when compute became FLOP-based (issue 16:
+the devices' compute figures and the clock's compute model changed every virtual time). Wall-clock
+fields are left out; everything else must be equal, bit for bit.
 
 To record them anew (only when a change of records is intended and said so):
 
@@ -32,6 +34,9 @@ NEW_SETTINGS = {
     "robust": "clip-screen",
     "robust-clip": 3.0,
     "robust-trim": 0.2,
+    "server-downlink-mbps": 0.0,
+    "server-latency-ms": 0.0,
+    "server-uplink-mbps": 0.0,
     "short-polls": False,
     "synthetic-alpha": 1.0,
     "synthetic-beta": 1.0,

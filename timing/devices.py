@@ -1,4 +1,9 @@
-"""Device profiles (compute throughput and link) and the mixes that assign them to clients."""
+"""Device profiles (compute throughput and link) and the mixes that assign them to clients.
+
+A device's compute is charged from the model's work: a local round of ``steps`` SGD steps over
+``samples`` samples takes steps x step overhead + samples x FLOPs per sample / FLOP/s, with the
+FLOPs per sample counted from the model (common/workload.py).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,25 @@ from common.settings import ConfigError
 
 MBPS = 1e6 / 8.0  # bytes per second in one megabit per second
 
+GFLOPS = 1e9
 PRESET_FIELDS = {
     "description": str,
-    "compute-samples-per-s": float,
+    "source": str,
+    "train-gflops": float,
+    "step-overhead-ms": float,
     "uplink-mbps": float,
     "downlink-mbps": float,
     "latency-ms": float,
 }
-REQUIRED_PRESET_FIELDS = ("compute-samples-per-s", "uplink-mbps", "downlink-mbps", "latency-ms")
+REQUIRED_PRESET_FIELDS = (
+    "source",
+    "train-gflops",
+    "step-overhead-ms",
+    "uplink-mbps",
+    "downlink-mbps",
+    "latency-ms",
+)
+NON_NEGATIVE_FIELDS = ("step-overhead-ms", "latency-ms")  # the others must be > 0
 
 
 class DeviceConfigError(ConfigError):
@@ -29,24 +45,30 @@ class DeviceConfigError(ConfigError):
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """One device and its link, in SI units (samples/s, bytes/s, seconds)."""
+    """One device and its link, in SI units (FLOP/s, bytes/s, seconds)."""
 
     name: str
-    compute_samples_per_s: float
+    train_flops_per_s: float  # sustained training throughput
+    step_overhead_s: float  # fixed cost of one SGD step (dispatch, optimizer, data handling)
     uplink_bytes_per_s: float
     downlink_bytes_per_s: float
     latency_s: float
 
     def __post_init__(self) -> None:
         for label, value in (
-            ("compute-samples-per-s", self.compute_samples_per_s),
+            ("train throughput", self.train_flops_per_s),
             ("uplink bandwidth", self.uplink_bytes_per_s),
             ("downlink bandwidth", self.downlink_bytes_per_s),
         ):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"device {self.name!r}: {label} must be > 0, got {value}")
-        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
-            raise ValueError(f"device {self.name!r}: latency must be >= 0, got {self.latency_s}")
+        for label, value in (("latency", self.latency_s), ("step overhead", self.step_overhead_s)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"device {self.name!r}: {label} must be >= 0, got {value}")
+
+    def compute_s(self, samples: int, steps: int, flops_per_sample: float) -> float:
+        """Seconds to train ``steps`` SGD steps over ``samples`` samples in all."""
+        return steps * self.step_overhead_s + samples * flops_per_sample / self.train_flops_per_s
 
 
 @dataclass(frozen=True)
@@ -125,14 +147,19 @@ def _preset(path: Path, name: str, fields: Mapping[str, Any], line: int) -> Devi
     for key in REQUIRED_PRESET_FIELDS:
         if key not in fields:
             raise DeviceConfigError(f"{where}: missing field {key!r}")
+        if PRESET_FIELDS[key] is str:
+            if not fields[key].strip():
+                raise DeviceConfigError(f"{where}: field {key!r} is empty")
+            continue
         value = float(fields[key])
-        positive_needed = key != "latency-ms"
+        positive_needed = key not in NON_NEGATIVE_FIELDS
         if not math.isfinite(value) or value < 0 or (positive_needed and value == 0):
             bound = "> 0" if positive_needed else ">= 0"
             raise DeviceConfigError(f"{where}: field {key!r} must be {bound}, got {value}")
     return DeviceProfile(
         name=name,
-        compute_samples_per_s=float(fields["compute-samples-per-s"]),
+        train_flops_per_s=float(fields["train-gflops"]) * GFLOPS,
+        step_overhead_s=float(fields["step-overhead-ms"]) / 1000.0,
         uplink_bytes_per_s=float(fields["uplink-mbps"]) * MBPS,
         downlink_bytes_per_s=float(fields["downlink-mbps"]) * MBPS,
         latency_s=float(fields["latency-ms"]) / 1000.0,

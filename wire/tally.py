@@ -25,7 +25,8 @@ class ClientWork:
 
     client: int  # partition id
     bytes_down: int
-    samples: int
+    samples: int  # trained on in this phase, over all its steps
     bytes_up: int
     wait_s: float = 0.0  # streams: time spent waiting for samples, from the round's start
     measured: MeasuredTimes | None = None  # when set, the clock charges these times
+    steps: int = 0  # local SGD steps in this phase

@@ -33,7 +33,20 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
     [
         ({"strategy": "fedsgd"}, "strategy = 'fedsgd' is not allowed; allowed values: dense"),
         ({"partitioner": "shards"}, "allowed values: iid, dirichlet, labels"),
-        ({"model": "resnet"}, "allowed values: mlp, mlp-bn, cnn"),
+        (
+            {"model": "vit"},
+            "model = 'vit' is not allowed; allowed values: mlp, mlp-bn, cnn, resnet, or "
+            "package.module:factory",
+        ),
+        ({"model": "my models:vit"}, "model = 'my models:vit' is not allowed"),
+        ({"server_uplink_mbps": -1.0}, "server-uplink-mbps must be >= 0"),
+        (
+            {"server_uplink_mbps": 100.0, "topology": "ring"},
+            "server-uplink-mbps, server-downlink-mbps and server-latency-ms model the server's "
+            "link in the modelled star (topology = 'star', timing = 'modelled'); got topology = "
+            "'ring'",
+        ),
+        ({"server_latency_ms": 5.0, "timing": "measured"}, "timing = 'measured'"),
         ({"dirichlet_alpha": 0.0}, "dirichlet-alpha must be > 0"),
         ({"dirichlet_alpha": -1.0}, "dirichlet-alpha must be > 0"),
         ({"learning_rate": -0.1}, "learning-rate must be > 0"),
@@ -86,3 +99,7 @@ def test_allowed_names_come_from_the_implementing_table(
     if isinstance(table, dict):  # registering an entry is all it takes to allow its name
         monkeypatch.setitem(table, "no-such-name", next(iter(table.values())))
         assert "no-such-name" in table_names(field_name)
+
+
+def test_own_model_is_a_reference_the_settings_accept() -> None:
+    assert settings_with(model="my_package.models:small").model == "my_package.models:small"

@@ -7,13 +7,17 @@ from timing.devices import MBPS, DeviceConfigError, load_catalog
 
 GOOD = """
 [preset.pi]
-compute-samples-per-s = 100.0
+source = "a test"
+train-gflops = 2.0
+step-overhead-ms = 5.0
 uplink-mbps = 8.0
 downlink-mbps = 16.0
 latency-ms = 20.0
 
 [preset.jetson]
-compute-samples-per-s = 1000.0
+source = "a test"
+train-gflops = 200.0
+step-overhead-ms = 1.0
 uplink-mbps = 80.0
 downlink-mbps = 80.0
 latency-ms = 1.0
@@ -42,8 +46,18 @@ def test_shipped_presets_load_and_mix_cycles_over_clients() -> None:
     ]
 
 
+def test_every_shipped_preset_cites_its_source() -> None:
+    text = (PROJECT_ROOT / "configs" / "devices.toml").read_text()
+    catalog = load_catalog(PROJECT_ROOT / "configs" / "devices.toml")
+    for name in catalog.presets:
+        block = text.split(f"[preset.{name}]")[1].split("[")[0]
+        assert "source = " in block and ("http" in block or "scripts.bench_device" in block), name
+
+
 def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
     pi = load_catalog(_write(tmp_path, GOOD)).presets["pi"]
+    assert pi.train_flops_per_s == 2e9
+    assert pi.step_overhead_s == pytest.approx(0.005)
     assert pi.uplink_bytes_per_s == 8.0 * MBPS == 1_000_000.0
     assert pi.downlink_bytes_per_s == 2_000_000.0
     assert pi.latency_s == pytest.approx(0.020)
@@ -62,9 +76,19 @@ def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
         (
             'presets = ["pi", "jetson"]',
             'presets = ["pi", "tpu"]',
-            r":14: mix 'two': field 'presets' names unknown preset 'tpu'",
+            r":18: mix 'two': field 'presets' names unknown preset 'tpu'",
         ),
         ("uplink-mbps = 8.0", 'uplink-mbps = "fast"', r"field 'uplink-mbps' must be a float"),
+        ("train-gflops = 2.0", "train-gflops = 0.0", r"'train-gflops' must be > 0, got 0.0"),
+        ("step-overhead-ms = 5.0", "step-overhead-ms = -1", r"'step-overhead-ms' must be >= 0"),
+        ('source = "a test"', 'source = " "', r":2: preset 'pi': field 'source' is empty"),
+        ('source = "a test"\n', "", r":2: preset 'pi': missing field 'source'"),
+        (
+            "train-gflops = 2.0",
+            "compute-samples-per-s = 2000.0",
+            r"unknown field 'compute-samples-per-s'; allowed fields: description, source, "
+            "train-gflops, step-overhead-ms",
+        ),
     ],
 )
 def test_malformed_files_name_file_line_and_field(

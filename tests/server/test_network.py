@@ -4,13 +4,13 @@ from pathlib import Path
 import pytest
 
 from common.settings import PROJECT_ROOT
-from timing.clock import VirtualClock
+from tests.helpers import unit_clock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import TRACE_COLUMNS, NetworkConfigError, load_schedule, load_trace
 from wire.tally import ClientWork
 
 PRESETS = PROJECT_ROOT / "configs" / "networks.toml"
-DEVICE = DeviceProfile("pi", 100.0, 5 * MBPS, 25 * MBPS, 0.05)
+DEVICE = DeviceProfile("pi", 100.0, 0.0, 5 * MBPS, 25 * MBPS, 0.05)
 
 
 def test_c1_edge_segments_by_round() -> None:
@@ -20,7 +20,7 @@ def test_c1_edge_segments_by_round() -> None:
         link = schedule.profiles(server_round, {0: DEVICE})[0]
         assert link.latency_s == pytest.approx(latency)
         assert link.uplink_bytes_per_s == link.downlink_bytes_per_s == pytest.approx(mbps * MBPS)
-        assert link.compute_samples_per_s == DEVICE.compute_samples_per_s
+        assert link.train_flops_per_s == DEVICE.train_flops_per_s
 
 
 def test_static_keeps_the_device_link_and_every_preset_loads() -> None:
@@ -38,7 +38,7 @@ def test_jitter_is_bounded_seeded_and_varies() -> None:
 
 
 def test_clock_uses_the_rounds_link() -> None:
-    clock = VirtualClock({0: DEVICE}, load_schedule(PRESETS, "c1-edge", 1, 0))
+    clock = unit_clock({0: DEVICE}, load_schedule(PRESETS, "c1-edge", 1, 0))
     work = ClientWork(client=0, bytes_down=125_000, samples=0, bytes_up=0)
     clock.begin_round(1)
     fast = clock.client_timing(work).total_s  # 1 ms + 125 kB at 25 Mbit/s = 0.041 s

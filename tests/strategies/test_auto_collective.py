@@ -13,8 +13,8 @@ from server.build import train_config_record
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce, shared_index_factor
 from strategies.collectives.base import Participant
+from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
-from timing.clock import VirtualClock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
@@ -22,7 +22,7 @@ from wire.layout import Layout
 from wire.messages import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
-DEVICE = DeviceProfile("pi", 2000.0, 5 * MBPS, 5 * MBPS, 0.01)
+DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)
 
 
 def test_auto_follows_the_cost_models_across_c1_segments() -> None:
@@ -30,7 +30,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    clock = VirtualClock({i: DEVICE for i in range(3)}, schedule)
+    clock = unit_clock({i: DEVICE for i in range(3)}, schedule)
     strategy = build_strategy(settings, clock, layout)
     rounds = 120
     strategy.start(
@@ -45,7 +45,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     for r in range(3, rounds + 1):
         stats = strategy.stats[r]
         true_links = list(schedule.profiles(r, {i: DEVICE for i in range(3)}).values())
-        compute = [16 / DEVICE.compute_samples_per_s] * 3
+        compute = [16 / DEVICE.train_flops_per_s] * 3
         union = min(d, 3 * k)
         best = (
             "allgather"
@@ -75,9 +75,7 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(
-        settings, VirtualClock({i: DEVICE for i in range(3)}, schedule), layout
-    )
+    strategy = build_strategy(settings, unit_clock({i: DEVICE for i in range(3)}, schedule), layout)
 
     strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]

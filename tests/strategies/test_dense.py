@@ -6,13 +6,19 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from strategies.edge import EdgeStrategy
-from tests.helpers import FakeGrid, make_strategy, reply_message, train_config, train_reply
-from timing.clock import VirtualClock
+from tests.helpers import (
+    FakeGrid,
+    make_strategy,
+    reply_message,
+    train_config,
+    train_reply,
+    unit_clock,
+)
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 
 SHAPES = {"w": (4, 3), "b": (3,)}
-PROFILE = DeviceProfile("p", 100.0, 1e6, 1e6, 0.01)
+PROFILE = DeviceProfile("p", 100.0, 0.0, 1e6, 1e6, 0.01)
 
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -27,7 +33,7 @@ def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
 def _strategy(n: int) -> EdgeStrategy:
     layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
     strategy: EdgeStrategy = make_strategy(  # batches of up to 64: the replies claim 51
-        VirtualClock({i: PROFILE for i in range(n)}), layout, num_clients=n, batch_size=64
+        unit_clock({i: PROFILE for i in range(n)}), layout, num_clients=n, batch_size=64
     )
     return strategy
 

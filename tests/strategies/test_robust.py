@@ -9,10 +9,16 @@ from common.settings import ConfigError, settings_with
 from scripts.attacks import ATTACKER, AttackGrid, _scaled
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
-from tests.helpers import FakeGrid, make_strategy, reply_message, train_config, train_reply
+from tests.helpers import (
+    FakeGrid,
+    make_strategy,
+    reply_message,
+    train_config,
+    train_reply,
+    unit_clock,
+)
 from tests.strategies.test_dense import PROFILE, SHAPES, _record
 from tests.strategies.test_topk_federation import _run, _settings
-from timing.clock import VirtualClock
 from wire.keys import TRAIN, TRAIN_VALUES
 from wire.layout import Layout
 
@@ -22,7 +28,7 @@ N = 5
 
 def _strategy(robust: str) -> EdgeStrategy:
     layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    clock = VirtualClock({i: PROFILE for i in range(N)})
+    clock = unit_clock({i: PROFILE for i in range(N)})
     return make_strategy(clock, layout, num_clients=N, robust=robust, robust_trim=0.2)  # type: ignore[no-any-return]
 
 

@@ -22,7 +22,7 @@ def test_fixed_batches_wait_for_slow_streams_and_the_clock_charges_it() -> None:
     first = strategy.stats[1]
     # The slowest stream (4/s) has its 16th sample at 4.0 s; the round cannot end sooner.
     assert first.stream is not None and first.stream["wait_s_max"] == pytest.approx(4.0)
-    assert first.round_time_s >= 4.0 + 16 / PROFILE.compute_samples_per_s
+    assert first.round_time_s >= 4.0 + 16 / PROFILE.train_flops_per_s
     assert first.stream["batch_min"] == first.stream["batch_max"] == 16
     assert first.stream["rate_total"] == pytest.approx(212.0)
 

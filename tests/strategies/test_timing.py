@@ -5,8 +5,7 @@ import math
 import pytest
 from flwr.app import MetricRecord, RecordDict
 
-from tests.helpers import reply_message
-from timing.clock import VirtualClock
+from tests.helpers import reply_message, unit_clock
 from timing.devices import DeviceProfile
 from timing.measured import measured_times
 from timing.timed_grid import RoundTrip, TimedGrid
@@ -70,8 +69,8 @@ def test_measured_needs_the_timed_grid() -> None:
 
 
 def test_the_clock_charges_measured_times_and_the_measured_phase() -> None:
-    profile = DeviceProfile("slow", 1.0, 1.0, 1.0, 10.0)  # models would say hours
-    clock = VirtualClock({0: profile, 1: profile})
+    profile = DeviceProfile("slow", 1.0, 0.0, 1.0, 1.0, 10.0)  # models would say hours
+    clock = unit_clock({0: profile, 1: profile})
     works = [
         ClientWork(0, 10_000, 500, 10_000, measured=MeasuredTimes(3.0, 2.0, 0.5)),
         ClientWork(1, 10_000, 500, 10_000, measured=MeasuredTimes(1.0, 1.0, 1.0)),
@@ -104,8 +103,8 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
     # Modelled links of 1 byte/s: any modelled time would be enormous.
-    profile = DeviceProfile("modelled-only", 1.0, 1.0, 1.0, 5.0)
-    strategy = build_strategy(settings, VirtualClock({i: profile for i in range(3)}), layout)
+    profile = DeviceProfile("modelled-only", 1.0, 0.0, 1.0, 1.0, 5.0)
+    strategy = build_strategy(settings, unit_clock({i: profile for i in range(3)}), layout)
     grid = TimedGrid(InProcessGrid(settings), poll_s=1e-3)  # type: ignore[arg-type]
     strategy.start(
         grid=grid,

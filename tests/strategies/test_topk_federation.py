@@ -14,14 +14,14 @@ from server.build import train_config_record
 from strategies.collectives.allreduce import LEADERS
 from strategies.collectives.base import Participant
 from strategies.edge import EdgeStrategy
-from timing.clock import VirtualClock
+from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.codec import index_nbytes, topk_count
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
-PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)
+PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 MODES = {
     "allgather": {"collective": "allgather"},
     "allreduce-star": {"collective": "allreduce", "leader": "star"},
@@ -40,7 +40,7 @@ def _run(
 ) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    clock = VirtualClock({i: PROFILE for i in range(settings.num_clients)})
+    clock = unit_clock({i: PROFILE for i in range(settings.num_clients)})
     strategy = build_strategy(settings, clock, layout)
     grid = grid or InProcessGrid(settings)
     result = strategy.start(
@@ -139,7 +139,7 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
     settings = _settings(strategy="topk", compression_ratio=0.05, collective="allgather")
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(settings, VirtualClock({i: PROFILE for i in range(3)}), layout)
+    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = InProcessGrid(settings)
     arrays = layout.unflatten(model_to_vector(model))
     config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
@@ -167,7 +167,7 @@ def test_a_round_goes_to_every_connected_node_once_min_clients_are(strategy: str
     settings = _settings(strategy=strategy, num_clients=4, min_clients=2)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    built = build_strategy(settings, VirtualClock({i: PROFILE for i in range(4)}), layout)
+    built = build_strategy(settings, unit_clock({i: PROFILE for i in range(4)}), layout)
     arrays = layout.unflatten(model_to_vector(model))
     for connected in ([100, 102], [100, 101, 103], [100, 101, 102, 103]):
         messages = built.configure_train(1, arrays, train_config(), FakeGrid(connected))

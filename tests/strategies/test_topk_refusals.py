@@ -14,14 +14,14 @@ from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allreduce import PENDING_KEY
+from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
-from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import decode_indices, raw_array
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
-PROFILE = DeviceProfile("p", 1000.0, 1e6, 2e6, 0.01)
+PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 Corrupt = Callable[[RecordDict], RecordDict]
 
 
@@ -109,7 +109,7 @@ CORRUPTIONS = {
 def _one_round(grid: InProcessGrid, settings) -> tuple[np.ndarray, np.ndarray | None, object]:  # type: ignore[no-untyped-def]
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(settings, VirtualClock({i: PROFILE for i in range(3)}), layout)
+    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     start = layout.unflatten(model_to_vector(model))
     config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
     messages = list(strategy.configure_train(1, start, config, grid))  # type: ignore[arg-type]

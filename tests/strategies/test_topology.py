@@ -10,21 +10,21 @@ from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
+from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
-from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
-FAST = DeviceProfile("fast", 1000.0, 4e6, 8e6, 0.002)
-SLOW = DeviceProfile("slow", 500.0, 1e6, 2e6, 0.02)
+FAST = DeviceProfile("fast", 1000.0, 0.0, 4e6, 8e6, 0.002)
+SLOW = DeviceProfile("slow", 500.0, 0.0, 1e6, 2e6, 0.02)
 
 
 def _run(**overrides: object):  # type: ignore[no-untyped-def]
     settings = _settings(**overrides)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(settings, VirtualClock({0: FAST, 1: SLOW, 2: FAST}), layout)
+    strategy = build_strategy(settings, unit_clock({0: FAST, 1: SLOW, 2: FAST}), layout)
     result = strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
