@@ -4,14 +4,18 @@
 
 Reads ``rounds.jsonl`` and the run's resolved configuration; the link panel shows the
 schedule's latency and bandwidth of client 0 (segments apply to every client). Writes
-``ratio_schedule.png`` in RESULTS_DIR unless ``--out`` says otherwise, and prints a summary.
+``ratio_schedule.png`` in RESULTS_DIR unless ``--out`` says otherwise, and prints two
+summaries: the runs of rounds with one (ratio, collective), and per segment of the link
+schedule the compute share of the round time, the collectives chosen and the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,66 @@ def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[Devi
         config["seed"],
     )
     return [schedule.profiles(r, devices)[0] for r in rounds]
+
+
+@dataclass(frozen=True)
+class LinkSegment:
+    """The rounds a run spent on one link of the schedule, and what it chose there."""
+
+    first_round: int
+    last_round: int
+    latency_ms: float
+    uplink_mbps: float
+    compute_share: float  # mean over the rounds of (round time - comm time) / round time
+    allgather_rounds: int
+    allreduce_rounds: int
+    ratios: tuple[float, ...]
+
+    def describe(self) -> str:
+        ratio_range = f"{min(self.ratios):.3g}-{max(self.ratios):.3g}"
+        return (
+            f"rounds {self.first_round:>3}-{self.last_round:>3}  {self.latency_ms:>5.0f} ms "
+            f"{self.uplink_mbps:>6.1f} Mbit/s  compute {self.compute_share:>4.0%}  "
+            f"allgather {self.allgather_rounds:>3} allreduce {self.allreduce_rounds:>3}  "
+            f"c median {statistics.median(self.ratios):.3g} ({ratio_range})"
+        )
+
+
+def link_segments(
+    rows: Sequence[Mapping[str, Any]], links: Sequence[DeviceProfile]
+) -> list[LinkSegment]:
+    """Group consecutive rounds on the same link (client 0's; segments apply to every client)."""
+    groups: list[list[int]] = []
+    for i, link in enumerate(links):
+        same = groups and (link.latency_s, link.uplink_bytes_per_s) == (
+            links[groups[-1][0]].latency_s,
+            links[groups[-1][0]].uplink_bytes_per_s,
+        )
+        if same:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    segments = []
+    for group in groups:
+        chosen = [rows[i] for i in group]
+        shares = [
+            (r["round_time_s"] - r["comm_time_s"]) / r["round_time_s"]
+            for r in chosen
+            if r["round_time_s"] > 0
+        ]
+        segments.append(
+            LinkSegment(
+                first_round=chosen[0]["round"],
+                last_round=chosen[-1]["round"],
+                latency_ms=links[group[0]].latency_s * 1e3,
+                uplink_mbps=links[group[0]].uplink_bytes_per_s * 8e-6,
+                compute_share=statistics.fmean(shares) if shares else 0.0,
+                allgather_rounds=sum(r["collective"] == "allgather" for r in chosen),
+                allreduce_rounds=sum(r["collective"] == "allreduce" for r in chosen),
+                ratios=tuple(r["compression_ratio"] for r in chosen),
+            )
+        )
+    return segments
 
 
 def main() -> None:
@@ -78,6 +142,9 @@ def main() -> None:
             print(f"rounds {segment_start:>3}-{end:>3}: c = {previous[0]:.4g}, {previous[1]}")
             segment_start = 0 if row is None else row["round"]
         previous = key
+    print("per link segment (client 0's link):")
+    for segment in link_segments(rows, links):
+        print("  " + segment.describe())
 
 
 if __name__ == "__main__":
