@@ -104,17 +104,15 @@ def link_segments(
     return segments
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("results_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    rows = read_rounds(args.results_dir)
-    config = json.loads((args.results_dir / "summary.json").read_text())["config"]
+def plot(
+    rows: Sequence[Mapping[str, Any]],
+    config: Mapping[str, Any],
+    links: Sequence[DeviceProfile],
+    colours: Mapping[str, str],
+    out: Path,
+) -> None:
     rounds = [r["round"] for r in rows]
-    links = client0_links(config, rounds)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    colours = {"allgather": "tab:blue", "allreduce": "tab:orange"}
     for mode, colour in colours.items():
         xs = [r["round"] for r in rows if r["collective"] == mode]
         ys = [r["compression_ratio"] for r in rows if r["collective"] == mode]
@@ -130,10 +128,25 @@ def main() -> None:
     twin.set_ylabel("bandwidth (Mbit/s)", color="tab:green")
     bottom.set_xlabel("round")
     fig.tight_layout()
-    out = args.out or args.results_dir / "ratio_schedule.png"
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = read_rounds(args.results_dir)
+    config = json.loads((args.results_dir / "summary.json").read_text())["config"]
+    rounds = [r["round"] for r in rows]
+    links = client0_links(config, rounds)
+    colours = {"allgather": "tab:blue", "allreduce": "tab:orange"}
+    if any(r["collective"] in colours for r in rows):
+        plot(rows, config, links, colours, args.out or args.results_dir / "ratio_schedule.png")
+    else:  # a dense run: no ratio to plot, the segment summary still applies
+        print("no compressed rounds: nothing to plot")
     segment_start, previous = rows[0]["round"], None
     for row in rows + [None]:
         key = None if row is None else (row["compression_ratio"], row["collective"])
