@@ -12,6 +12,7 @@ schedule the compute share of the round time, the collectives chosen and the rat
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,9 @@ def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[Devi
     return [schedule.profiles(r, devices)[0] for r in rounds]
 
 
+COLLECTIVE_COLOURS = {"allgather": "tab:blue", "allreduce": "tab:orange"}
+
+
 @dataclass(frozen=True)
 class LinkSegment:
     """The rounds a run spent on one link of the schedule, and what it chose there."""
@@ -71,19 +75,12 @@ def link_segments(
     rows: Sequence[Mapping[str, Any]], links: Sequence[DeviceProfile]
 ) -> list[LinkSegment]:
     """Group consecutive rounds on the same link (client 0's; segments apply to every client)."""
-    groups: list[list[int]] = []
-    for i, link in enumerate(links):
-        same = groups and (link.latency_s, link.uplink_bytes_per_s) == (
-            links[groups[-1][0]].latency_s,
-            links[groups[-1][0]].uplink_bytes_per_s,
-        )
-        if same:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
     segments = []
-    for group in groups:
-        chosen = [rows[i] for i in group]
+    on_link = zip(rows, links, strict=True)
+    for (latency_s, uplink), group in itertools.groupby(
+        on_link, key=lambda pair: (pair[1].latency_s, pair[1].uplink_bytes_per_s)
+    ):
+        chosen = [r for r, _ in group]
         shares = [
             (r["round_time_s"] - r["comm_time_s"]) / r["round_time_s"]
             for r in chosen
@@ -93,8 +90,8 @@ def link_segments(
             LinkSegment(
                 first_round=chosen[0]["round"],
                 last_round=chosen[-1]["round"],
-                latency_ms=links[group[0]].latency_s * 1e3,
-                uplink_mbps=links[group[0]].uplink_bytes_per_s * 8e-6,
+                latency_ms=latency_s * 1e3,
+                uplink_mbps=uplink * 8e-6,
                 compute_share=statistics.fmean(shares) if shares else 0.0,
                 allgather_rounds=sum(r["collective"] == "allgather" for r in chosen),
                 allreduce_rounds=sum(r["collective"] == "allreduce" for r in chosen),
@@ -108,12 +105,11 @@ def plot(
     rows: Sequence[Mapping[str, Any]],
     config: Mapping[str, Any],
     links: Sequence[DeviceProfile],
-    colours: Mapping[str, str],
     out: Path,
 ) -> None:
     rounds = [r["round"] for r in rows]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for mode, colour in colours.items():
+    for mode, colour in COLLECTIVE_COLOURS.items():
         xs = [r["round"] for r in rows if r["collective"] == mode]
         ys = [r["compression_ratio"] for r in rows if r["collective"] == mode]
         top.scatter(xs, ys, s=8, color=colour, label=mode)
@@ -142,19 +138,15 @@ def main() -> None:
     config = json.loads((args.results_dir / "summary.json").read_text())["config"]
     rounds = [r["round"] for r in rows]
     links = client0_links(config, rounds)
-    colours = {"allgather": "tab:blue", "allreduce": "tab:orange"}
-    if any(r["collective"] in colours for r in rows):
-        plot(rows, config, links, colours, args.out or args.results_dir / "ratio_schedule.png")
+    if any(r["collective"] in COLLECTIVE_COLOURS for r in rows):
+        plot(rows, config, links, args.out or args.results_dir / "ratio_schedule.png")
     else:  # a dense run: no ratio to plot, the segment summary still applies
         print("no compressed rounds: nothing to plot")
-    segment_start, previous = rows[0]["round"], None
-    for row in rows + [None]:
-        key = None if row is None else (row["compression_ratio"], row["collective"])
-        if previous is not None and key != previous:
-            end = rows[-1]["round"] if row is None else row["round"] - 1
-            print(f"rounds {segment_start:>3}-{end:>3}: c = {previous[0]:.4g}, {previous[1]}")
-            segment_start = 0 if row is None else row["round"]
-        previous = key
+    for (ratio, collective), group in itertools.groupby(
+        rows, key=lambda r: (r["compression_ratio"], r["collective"])
+    ):
+        same = list(group)
+        print(f"rounds {same[0]['round']:>3}-{same[-1]['round']:>3}: c = {ratio:.4g}, {collective}")
     print("per link segment (client 0's link):")
     for segment in link_segments(rows, links):
         print("  " + segment.describe())
