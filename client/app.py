@@ -84,6 +84,7 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
         sparse=payload.sparse,
         shared=local.shared,
         topk_norm2=payload.topk_norm2,
+        hints=payload.hints,
         gains=gains,
         residual_share=share,
         compress_s=None if compression is None else time.perf_counter() - began,

@@ -126,7 +126,17 @@ class Settings:
         doc="topk: allgather, allreduce, or auto (cheaper by prediction, per round)",
     )
     leader: str = _spec(table=True, doc="topk allreduce: who picks the shared indices")
-    index_policy: str = _spec(table=True, doc="topk allreduce: leader or global")
+    index_policy: str = _spec(
+        table=True,
+        doc="topk allreduce: leader (three phases), or one phase: residual-hints (learns "
+        "where the residuals are) or global (freezes; for reference)",
+    )
+    index_hints: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_minimum=True,
+        doc="allreduce residual-hints: residual indices each client reports, as a share of k",
+    )
     compressor: str = _spec(
         table=True, doc="compressed collectives: how the selected values travel"
     )
@@ -146,7 +156,8 @@ class Settings:
     cr_generations: int = _spec(minimum=1, doc="nsga2: generations")
     cr_selection: str = _spec(
         table=True,
-        doc="nsga2: ASF on the efficiencies, on the normalised front, or the knee",
+        doc="nsga2: progress (least predicted time per unit of progress), or on the paper's "
+        "efficiencies: ASF, ASF on the normalised front, or the knee",
     )
     cr_weight_time: float = _spec(
         minimum=0.0,
@@ -154,6 +165,11 @@ class Settings:
         exclusive_minimum=True,
         exclusive_maximum=True,
         doc="nsga2 asf: weight on time (the rest on gain)",
+    )
+    cr_progress_exponent: float = _spec(
+        minimum=0.0,
+        doc="nsga2 progress: β, rounds to a target taken to scale as gain^−β "
+        "(0: time alone; 1: progress in proportion to the gain)",
     )
     topology: str = _spec(
         table=True, doc="what the virtual clock charges: star (Flower), ring or tree"

@@ -88,7 +88,7 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
         collectives={
             "dense": Dense(),
             "allgather": Allgather(),
-            "allreduce": Allreduce(settings.leader, settings.index_policy),
+            "allreduce": Allreduce(settings.leader, settings.index_policy, settings.index_hints),
         },
         compressor=compressor,
         policies=Policies(

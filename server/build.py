@@ -44,6 +44,7 @@ def _nsga2(settings: Settings) -> RatioPolicy:
         seed=settings.seed,
         selection=settings.cr_selection,
         weight_time=settings.cr_weight_time,
+        progress_exponent=settings.cr_progress_exponent,
         collectives=("allgather", "allreduce")
         if settings.collective == AUTO
         else (settings.collective,),

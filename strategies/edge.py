@@ -218,6 +218,7 @@ class EdgeStrategy(FedAvg):
             return {node: content for node in nodes}, None
         compression = self.policies.ratio.config(ratio, collective.name)
         index_set = collective.round_index_set()
+        hint_count = collective.round_hint_count()
         payloads = self.replicas.payloads(nodes, model)
         by_payload = {
             id(p): TrainInstruction(
@@ -226,6 +227,7 @@ class EdgeStrategy(FedAvg):
                 compression=compression,
                 index_set=index_set,
                 size=self.layout.size,
+                hint_count=hint_count,
             ).to_content()
             for p in payloads.values()
         }

@@ -70,6 +70,12 @@ MODES: dict[str, dict[str, object]] = {
         "index_policy": "global",
         "compression_ratio": 0.05,
     },
+    "allreduce-residual-hints": {
+        "strategy": "topk",
+        "collective": "allreduce",
+        "index_policy": "residual-hints",
+        "compression_ratio": 0.05,
+    },
 }
 PHASES: dict[str, tuple[str, str, int | str]] = {
     "dense train": ("dense", "train", 101),
@@ -82,6 +88,7 @@ PHASES: dict[str, tuple[str, str, int | str]] = {
     "allreduce indices": ("allreduce-var", "train.indices", "leader"),
     "allreduce values": ("allreduce-var", "train.values", 101),
     "allreduce-global train": ("allreduce-global", "train", 101),
+    "allreduce-residual-hints train": ("allreduce-residual-hints", "train", 101),
 }
 BAD_VALUES: list[object] = [
     math.nan,

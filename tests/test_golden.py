@@ -31,6 +31,8 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 # whose loss was re-recorded then.
 NEW_SETTINGS = {
     "compressor": "topk",
+    "cr-progress-exponent": 0.5,
+    "index-hints": 0.25,
     "robust": "clip-screen",
     "robust-clip": 3.0,
     "robust-trim": 0.2,
@@ -53,9 +55,17 @@ CASES = {
     "allreduce-star": f"{SMALL} strategy=topk collective=allreduce leader=star",
     "allreduce-var": f"{SMALL} strategy=topk collective=allreduce leader=var",
     "allreduce-global": f"{SMALL} strategy=topk collective=allreduce index-policy=global",
+    "allreduce-residual-hints": (
+        f"{SMALL} num-server-rounds=6 strategy=topk collective=allreduce "
+        "index-policy=residual-hints"
+    ),
     "auto-nsga2-c1-edge": (
         f"num-clients=4 num-server-rounds=40 seed=3 strategy=topk collective=auto "
         f"network=c1-edge {NSGA2}"
+    ),
+    "auto-nsga2-asf-c1-edge": (
+        f"num-clients=4 num-server-rounds=40 seed=3 strategy=topk collective=auto "
+        f"network=c1-edge {NSGA2} cr-selection=asf"
     ),
     "auto-fixed-c2-edge": (
         "num-clients=4 num-server-rounds=40 seed=3 strategy=topk collective=auto network=c2-edge"

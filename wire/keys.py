@@ -14,6 +14,7 @@ DELTA_KEY = "delta"  # compressed collectives: the last aggregated sparse update
 INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
 SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)
 INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
+HINTS_KEY = "residual-hints"  # Allreduce residual-hints: where a client's residual is largest
 
 # --- arrays inside records -------------------------------------------------------------------
 VALUES = "values"  # float32 values of a sparse vector (or of the whole model)
@@ -41,6 +42,7 @@ COMPRESSION_RATIO = "compression-ratio"
 COLLECTIVE = "collective"  # the round's collective (its client half answers)
 REPORT_GAIN = "report-gain"  # cr-schedule = nsga2: report the gain at every grid ratio
 ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
+HINT_COUNT = "hint-count"  # Allreduce residual-hints: how many residual indices to report
 
 # Model payloads of a compressed collective's instruction
 FULL, DELTA, CURRENT = "full", "delta", "current"

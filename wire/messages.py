@@ -46,6 +46,8 @@ from wire.keys import (
     DELTA_KEY,
     FULL,
     GAIN_GRID,
+    HINT_COUNT,
+    HINTS_KEY,
     INDEX_SET_KEY,
     INJECT_BETA,
     INJECT_KEY,
@@ -236,8 +238,9 @@ class TrainInstruction:
     dense_model: ArrayRecord | None = None  # the dense collective: the model in its layout
     replica: ReplicaPayload | None = None  # compressed collectives
     compression: CompressionConfig | None = None
-    index_set: Indices | None = None  # Allreduce with the global index policy
+    index_set: Indices | None = None  # Allreduce with a one-phase index policy
     size: int = 0  # the model's length (for the index set's encoding)
+    hint_count: int = 0  # with an index set: the residual indices to report (residual-hints)
 
     @classmethod
     def parse(cls, content: RecordDict, size: int) -> TrainInstruction:
@@ -254,6 +257,7 @@ class TrainInstruction:
             compression=compression,
             index_set=index_set_of(content, size),
             size=size,
+            hint_count=_hint_count(config, size),
         )
 
     def to_content(self) -> RecordDict:
@@ -267,7 +271,18 @@ class TrainInstruction:
             self.replica.add_to(config, content)
         if self.index_set is not None:
             content[INDEX_SET_KEY] = indices_record(self.index_set, self.size)
+        if self.hint_count:
+            config[HINT_COUNT] = self.hint_count
         return content
+
+
+def _hint_count(config: ConfigRecord, size: int) -> int:
+    if HINT_COUNT not in config:
+        return 0
+    count = _integer(config, HINT_COUNT)
+    if not 0 <= count <= size:
+        raise ValueError(f"{HINT_COUNT} {count} is not in 0..{size}")
+    return count
 
 
 def index_set_of(content: RecordDict, size: int) -> Indices | None:
@@ -458,6 +473,7 @@ class TrainReply:
     shared: ArrayRecord | None = None  # data injection: the samples this client shares
     compress_s: float | None = None
     topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
+    hints: ArrayRecord | None = None  # Allreduce residual-hints: indices, checked by it
     gains: list[float] | None = None  # cr-schedule = nsga2
     residual_share: float | None = None  # adaptive-delta
 
@@ -484,6 +500,7 @@ class TrainReply:
             (ARRAYS_KEY, self.update),
             (SPARSE_KEY, self.sparse),
             (INJECT_KEY, self.shared),
+            (HINTS_KEY, self.hints),
         ):
             if record is not None:
                 content[key] = record
@@ -519,6 +536,7 @@ class TrainReply:
             update=arrays.get(ARRAYS_KEY),
             sparse=arrays.get(SPARSE_KEY),
             shared=arrays.get(INJECT_KEY),
+            hints=arrays.get(HINTS_KEY),
             compress_s=compress_s_of(content),
             topk_norm2=_optional_number(metrics, TOPK_NORM2, low=0.0),
             gains=_gains(metrics),

@@ -53,6 +53,9 @@ class Allgather:
     def round_index_set(self) -> Indices | None:
         return None
 
+    def round_hint_count(self) -> int:
+        return 0
+
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         participants = screened(plan, participants, TRAIN)
         sparses = [p.contribution for p in participants if isinstance(p.contribution, Sparse)]

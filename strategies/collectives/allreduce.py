@@ -8,16 +8,20 @@ from is the index policy:
   Top-k indices of its e; ``values``: I goes to everyone, each sends e[I] and keeps the rest.
 - ``global`` (in neither paper): I is the Top-k of the previous aggregated update and travels
   with the instructions, so clients send e[I] at once; the first round uses the leader phases.
+  It freezes: that update is non-zero exactly on the previous I, so its Top-k is I again.
+- ``residual-estimate`` (in neither paper): one phase like ``global``, but I is the Top-k of
+  the server's estimate of the clients' residuals (``ResidualEstimate``), so it moves.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
+from numpy.typing import NDArray
 
 from compress.base import ErrorFeedback, load_vector, send_at, store_vector
 from compress.topk import topk_energy, topk_indices
@@ -47,7 +51,7 @@ from wire.codec import (
     indices_record,
     topk_count,
 )
-from wire.keys import INDICES_ACTION, TRAIN, TRAIN_INDICES, TRAIN_VALUES, VALUES_ACTION
+from wire.keys import HINTS_KEY, INDICES_ACTION, TRAIN, TRAIN_INDICES, TRAIN_VALUES, VALUES_ACTION
 from wire.messages import (
     PhaseReply,
     PhaseRequest,
@@ -72,7 +76,8 @@ MIN_CLAIMS = 3
 
 
 def _train(job: ClientRound) -> ClientPayload:
-    """Global index policy: e[I] now. Leader: hold e, report ||TopK(e)||² (the VAR score)."""
+    """One-phase index policies: e[I] now (and where the residual is largest, when asked).
+    Leader: hold e, report ||TopK(e)||² (the VAR score)."""
     assert job.instruction.compression is not None
     size = job.update.size
     compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
@@ -80,7 +85,11 @@ def _train(job: ClientRound) -> ClientPayload:
         encoded = send_at(
             job.state, compensated, job.instruction.index_set, job.compressor, job.rng
         )
-        return ClientPayload(sparse=ArrayRecord(encoded.arrays))
+        hints = None
+        if job.instruction.hint_count:
+            residual = ErrorFeedback.from_state(job.state, size).residual
+            hints = indices_record(topk_indices(residual, job.instruction.hint_count), size)
+        return ClientPayload(sparse=ArrayRecord(encoded.arrays), hints=hints)
     store_vector(job.state, PENDING_KEY, compensated)
     k = topk_count(size, job.instruction.compression.ratio)
     return ClientPayload(topk_norm2=topk_energy(compensated, topk_indices(compensated, k)))
@@ -121,20 +130,101 @@ def _var_leader(server_round: int, participants: Sequence[Participant]) -> Parti
     return max(participants, key=lambda p: (p.reply.topk_norm2 or 0.0, -p.partition_id))
 
 
-def _no_index_set(update: Sparse, k: int) -> Indices | None:
-    return None
+Hints = Sequence[tuple[float, Indices]]  # (a client's aggregation weight, its residual indices)
 
 
-def _previous_topk(update: Sparse, k: int) -> Indices | None:
-    return topk_indices(update.dense(), k)
+def hint_count(k: int, share: float) -> int:
+    """Residual indices a client reports with an index set of ``k`` (0 when share is 0)."""
+    return 0 if share <= 0 else max(1, min(k, math.ceil(share * k)))
+
+
+class IndexPolicy(Protocol):
+    hint_share: float  # residual indices per client, as a share of k (0: none asked)
+
+    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+        """The next round's index set from this round's aggregated update (None: a leader's)."""
+        ...
+
+
+class LeaderEachRound:
+    """The papers' policy: every round's I comes from its leader (three phases)."""
+
+    hint_share = 0.0
+
+    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+        return None
+
+
+class PreviousTopk:
+    """``global``: the Top-k of the previous aggregate. It freezes: that update is non-zero
+    exactly on the previous I, so its Top-k is I again. Kept for reference."""
+
+    hint_share = 0.0
+
+    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+        return topk_indices(update.dense(), k)
+
+
+class ResidualHints:
+    """``residual-hints``: one phase, and I learns where the clients' residuals are.
+
+    Each client reports, with its values, the indices of its ``hint_share`` x k largest
+    residual entries (indices only: a cheap sketch of where its unsent mass sits). The next I
+    takes up to half of k from those hints, most voted first (votes weighted like the
+    aggregation, so a client sways at most its own weight), and the rest from the server's
+    estimate of the mean residual: error feedback empties a coordinate when it is sent and it
+    then grows by about its per-round update, so a value sent after ``age`` rounds unsent
+    gives the rate |value| / age, and the estimate is rate x rounds since it was last sent.
+    Coordinates never sent take the median known rate and every rate has a floor
+    (``RATE_FLOOR`` x that median), so an unsent coordinate's estimate grows without bound and
+    every coordinate's residual is eventually sent.
+    """
+
+    RATE_FLOOR = 1e-3
+    HINTED_SHARE = 0.5  # of k, at most, taken from the hints
+
+    def __init__(self, hint_share: float) -> None:
+        self.hint_share = hint_share
+        self.age: NDArray[np.float64] | None = None  # rounds of accumulation, counting the next
+        self.rate: NDArray[np.float64] | None = None  # NaN: never sent
+
+    def estimate(self, update: Sparse) -> NDArray[np.float64]:
+        """Observe this round's aggregate; the estimated residual of the next round."""
+        if self.age is None or self.rate is None or self.age.size != update.size:
+            self.age = np.ones(update.size)
+            self.rate = np.full(update.size, np.nan)
+        sent = update.indices
+        self.rate[sent] = np.abs(update.values.astype(np.float64)) / self.age[sent]
+        self.age += 1.0
+        self.age[sent] = 1.0
+        known = np.isfinite(self.rate)
+        typical = float(np.median(self.rate[known])) if known.any() else 1.0
+        typical = typical if typical > 0 else 1.0
+        rate = np.where(known, np.maximum(self.rate, self.RATE_FLOOR * typical), typical)
+        return rate * self.age
+
+    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+        score = self.estimate(update)
+        votes = np.zeros(update.size)
+        for weight, indices in hints:
+            votes[indices] += weight
+        voted = np.flatnonzero(votes > 0)
+        slots = min(voted.size, int(self.HINTED_SHARE * k))
+        # most votes first, then the larger estimate, then the lower index
+        order = np.lexsort((voted, -score[voted], -votes[voted]))
+        hinted = voted[order[:slots]]
+        score[hinted] = 0.0  # every other score is positive: the fill passes them over
+        rest = topk_indices(score.astype(np.float32), k - slots) if k > slots else hinted[:0]
+        return np.sort(np.concatenate([hinted, rest]))
 
 
 Leader = Callable[[int, Sequence[Participant]], Participant]
 LEADERS: dict[str, Leader] = {"star": _star_leader, "var": _var_leader}
-# index policy -> the index set of the next round, from this round's aggregated update
-INDEX_POLICIES: dict[str, Callable[[Sparse, int], Indices | None]] = {
-    "leader": _no_index_set,
-    "global": _previous_topk,
+# index policy -> a new policy object, given the share of k clients report as residual hints
+INDEX_POLICIES: dict[str, Callable[[float], IndexPolicy]] = {
+    "leader": lambda hint_share: LeaderEachRound(),
+    "global": lambda hint_share: PreviousTopk(),
+    "residual-hints": ResidualHints,
 }
 
 
@@ -181,17 +271,25 @@ class Allreduce:
     def client_train(job: ClientRound) -> ClientPayload:
         return _train(job)
 
-    def __init__(self, leader: str = "star", index_policy: str = "leader") -> None:
+    def __init__(
+        self, leader: str = "star", index_policy: str = "leader", index_hints: float = 0.0
+    ) -> None:
         self.choose_leader = LEADERS[leader]
-        self.next_index_set = INDEX_POLICIES[index_policy]
-        self._index_set: Indices | None = None  # for the next round (global policy)
+        self.index_policy = INDEX_POLICIES[index_policy](index_hints)
+        self._index_set: Indices | None = None  # for the next round (one-phase policies)
         self.caught: set[int] = set()  # nodes whose norm claim their values contradicted
 
     def round_index_set(self) -> Indices | None:
         return self._index_set
 
+    def round_hint_count(self) -> int:
+        if self._index_set is None:
+            return 0
+        return hint_count(self._index_set.size, self.index_policy.hint_share)
+
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | None:
         if plan.index_set is not None:
+            self._hints_of(reply, plan)  # checked now: a bad hint refuses the reply
             return plan.compressor.decode(required_sparse(reply.sparse), plan.index_set.size)
         if reply.topk_norm2 is None:
             raise ValueError("topk-norm2 None is not a non-negative number")
@@ -218,8 +316,27 @@ class Allreduce:
             plan.defence.combine(values, plan.weights(participants)),  # type: ignore[arg-type]
             plan.size,
         )
-        self._index_set = self.next_index_set(update, plan.k)
+        hints = [
+            (weight, indices)
+            for weight, p in zip(plan.weights(participants), participants, strict=True)
+            if (indices := self._hints_of(p.reply, plan)) is not None
+        ]
+        self._index_set = self.index_policy.next_index_set(update, plan.k, hints)
         return Aggregate(participants, update, factor)
+
+    def _hints_of(self, reply: TrainReply, plan: RoundPlan) -> Indices | None:
+        """A reply's residual indices, when this round asked for them (exactly that many)."""
+        if plan.index_set is None:
+            return None
+        count = hint_count(plan.index_set.size, self.index_policy.hint_share)
+        if not count:
+            return None
+        if reply.hints is None:
+            raise ValueError(f"{HINTS_KEY} missing: {count} residual indices were asked for")
+        hints = decode_indices(reply.hints, plan.size)
+        if hints.size != count:
+            raise PayloadError(f"{HINTS_KEY}: {hints.size} indices, expected {count}")
+        return hints
 
     def _leader_phases(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         implausible = implausible_claims(participants)

@@ -68,6 +68,7 @@ class ClientPayload:
     update: ArrayRecord | None = None  # dense: in the model's layout
     sparse: ArrayRecord | None = None  # compressed
     topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
+    hints: ArrayRecord | None = None  # Allreduce residual-hints: its largest residual indices
 
 
 # --- server half -----------------------------------------------------------------------------
@@ -182,7 +183,7 @@ class RoundPlan:
     ratio: float
     k: int  # entries a compressed reply carries
     compressor: Compressor
-    index_set: Indices | None  # Allreduce with the global index policy: sent with the round
+    index_set: Indices | None  # Allreduce, one-phase index policies: sent with the round
     weights: Weights  # aggregation weights of participants
     defence: Defence  # how contributions combine (robust aggregation)
     measure: Measure  # measured times of a reply (None under modelled timing)
@@ -250,6 +251,10 @@ class Collective(Protocol):
 
     def round_index_set(self) -> Indices | None:
         """An index set that travels with this round's instructions, if the collective has one."""
+        ...
+
+    def round_hint_count(self) -> int:
+        """How many residual indices each client reports with this round's reply (0: none)."""
         ...
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...

@@ -4,9 +4,11 @@
   sort of its compensated update (no extra training, no probing).
 - ``GainModel``: the server's EWMA of the reported gains and a monotone curve gain(c) over the
   ratio range (interpolated in log c, made non-decreasing, bounded in (0, 1]).
-- ``RatioProblem``: pymoo problem over x = log10 c, minimising 1 − PE(c) and 1 − gain(c).
-- ``solve``: pymoo's NSGA-II, then one point of the front by knee or by achievement
-  scalarisation (weights on time and gain).
+- ``RatioProblem``: pymoo problem over x = log10 c with two objectives, time and gain:
+  ``progress`` (log10 of the predicted round time, −log10 gain(c)) or ``efficiency`` (the
+  paper's 1 − PE(c), 1 − gain(c)).
+- ``solve``: pymoo's NSGA-II, then one point of the front: ``progress`` (least predicted time
+  per unit of progress), achievement scalarisation (``asf``, ``asf-front``) or the knee.
 The strategy only asks a scheduler for the next ratio; pymoo stays behind this module.
 """
 
@@ -65,31 +67,38 @@ class GainModel:
         return gain
 
 
-class RatioProblem(Problem):
-    """x = log10 c; F = [1 − PE(c), 1 − gain(c)]."""
+Curve = Callable[[NDArray[np.float64]], NDArray[np.float64]]  # ratios -> values
 
-    def __init__(
-        self,
-        parallel_efficiency: Callable[[NDArray[np.float64]], NDArray[np.float64]],
-        gain: Callable[[NDArray[np.float64]], NDArray[np.float64]],
-        cr_min: float,
-        cr_max: float,
-    ) -> None:
+
+def efficiency_objectives(round_s: Curve, compute_s: float, gain: Curve) -> Curve:
+    """The paper's [1 − PE(c), 1 − gain(c)], PE = compute / round time. Both lie in [0, 1],
+    so 1 − PE saturates near 1 wherever rounds are communication-bound."""
+    return lambda ratio: np.column_stack([1.0 - compute_s / round_s(ratio), 1.0 - gain(ratio)])
+
+
+def progress_objectives(round_s: Curve, compute_s: float, gain: Curve) -> Curve:
+    """[log10 round time(c), −log10 gain(c)]: seconds keep their scale (a round twice as long
+    counts twice as much, however slow the link), and a weighted sum of the two is the log of
+    time per unit of progress (``_progress``)."""
+    return lambda ratio: np.column_stack([np.log10(round_s(ratio)), -np.log10(gain(ratio))])
+
+
+class RatioProblem(Problem):
+    """x = log10 c; F = objectives(c), two of them, both minimised."""
+
+    def __init__(self, objectives: Curve, cr_min: float, cr_max: float) -> None:
         super().__init__(n_var=1, n_obj=2, xl=math.log10(cr_min), xu=math.log10(cr_max))
-        self.parallel_efficiency = parallel_efficiency
-        self.gain = gain
+        self.objectives = objectives
 
     def _evaluate(self, x: NDArray[np.float64], out: dict, *args: object, **kwargs: object) -> None:
-        ratio = 10.0 ** x[:, 0]
-        out["F"] = np.column_stack([1.0 - self.parallel_efficiency(ratio), 1.0 - self.gain(ratio)])
+        out["F"] = self.objectives(10.0 ** x[:, 0])
 
 
 @dataclass(frozen=True)
 class Solution:
     ratio: float
     collective: str  # the collective whose front the chosen point lies on
-    parallel_efficiency: float
-    gain: float
+    point: tuple[float, float]  # its objective values
     front_size: int
     solve_s: float  # wall clock
     front: NDArray[np.float64]  # (m, 2) objective values, for checks and plots
@@ -111,15 +120,18 @@ def solve(
     offspring: int = 10,
     generations: int = 40,
     seed: int = 0,
-    selection: str = "asf",
-    weights: tuple[float, float] = (0.6, 0.4),
+    selection: str = "progress",
+    weights: tuple[float, float] = (1.0, 0.5),
 ) -> Solution:
     """NSGA-II (SBX p = 0.9, η = 15; PM η = 20) per collective, then one point of the front.
 
     With several collectives (``collective = "auto"``) each gets its own run and the point is
     taken from the non-dominated union of their fronts, so the choice of c and of the
     collective is one decision.
-    ``asf``: achievement scalarisation of the objectives as they are. Both are efficiencies
+    ``progress``: the least weighted sum w0·F0 + w1·F1 of the progress objectives, that is
+    the least round time / gain^(w1/w0): predicted time per unit of progress when rounds to a
+    target scale as gain^−β, β = w1 / w0 (error feedback sends the rest later, so β < 1).
+    ``asf``: achievement scalarisation of the efficiency objectives. Both are efficiencies
     in [0, 1] with the utopia at (0, 0), so the weights compare the same quantities from one
     solve to the next and the choice follows the links: when bytes get dear, 1 − PE rises at
     every c and the point moves to smaller c.
@@ -152,12 +164,11 @@ def solve(
     front, ratios, names = front[keep][order], ratios[keep][order], names[keep][order]
     ideal, nadir = front.min(axis=0), front.max(axis=0)
     normalised = (front - ideal) / np.where(nadir > ideal, nadir - ideal, 1.0)
-    index = SELECTIONS[selection](front, normalised, weights)
+    index = SELECTIONS[selection].pick(front, normalised, weights)
     return Solution(
         ratio=float(ratios[index]),
         collective=str(names[index]),
-        parallel_efficiency=float(1.0 - front[index, 0]),
-        gain=float(1.0 - front[index, 1]),
+        point=(float(front[index, 0]), float(front[index, 1])),
         front_size=int(front.shape[0]),
         solve_s=time.perf_counter() - start,
         front=front,
@@ -182,6 +193,12 @@ def _knee(normalised: NDArray[np.float64]) -> int:
     return int(np.argmax(distance / length))
 
 
+def _progress(
+    front: NDArray[np.float64], normalised: NDArray[np.float64], weights: tuple[float, float]
+) -> int:
+    return int((front @ np.asarray(weights)).argmin())
+
+
 def _asf(
     front: NDArray[np.float64], normalised: NDArray[np.float64], weights: tuple[float, float]
 ) -> int:
@@ -200,16 +217,39 @@ def _knee_point(
     return _knee(normalised)
 
 
-# cr-selection -> the index of the chosen front point (front, normalised front, weights)
-SELECTIONS: dict[
-    str, Callable[[NDArray[np.float64], NDArray[np.float64], tuple[float, float]], int]
-] = {"asf": _asf, "asf-front": _asf_front, "knee": _knee_point}
+Pick = Callable[[NDArray[np.float64], NDArray[np.float64], tuple[float, float]], int]
+Objectives = Callable[[Curve, float, Curve], Curve]  # (round_s, compute_s, gain) -> F(c)
+
+
+@dataclass(frozen=True)
+class Selection:
+    objectives: Objectives  # what NSGA-II minimises
+    pick: Pick  # the index of the chosen front point (front, normalised front, weights)
+    weights: Callable[[float, float], tuple[float, float]]  # (weight on time, β) -> weights
+
+
+def _time_and_gain(weight_time: float, exponent: float) -> tuple[float, float]:
+    return (weight_time, 1.0 - weight_time)
+
+
+def _progress_weights(weight_time: float, exponent: float) -> tuple[float, float]:
+    return (1.0, exponent)
+
+
+# cr-selection -> its objectives and how it picks a point of their front
+SELECTIONS: dict[str, Selection] = {
+    "progress": Selection(progress_objectives, _progress, _progress_weights),
+    "asf": Selection(efficiency_objectives, _asf, _time_and_gain),
+    "asf-front": Selection(efficiency_objectives, _asf_front, _time_and_gain),
+    "knee": Selection(efficiency_objectives, _knee_point, _time_and_gain),
+}
 
 
 # --- the schedule the strategy asks for each round's ratio ----------------------------------
 
 LINK_CHANGE = 0.25  # re-solve when the estimated links moved by more than this (relative)
 GAIN_DRIFT = 0.10  # re-solve when the smoothed gain at the current ratio drifted by this
+GAIN_DRIFT_ROUNDS = 3  # ... for this many rounds in a row (one noisy report is not a drift)
 
 
 def _link_change(old: Sequence[LinkLike], new: Sequence[LinkLike]) -> float:
@@ -257,7 +297,7 @@ class Nsga2Params:
     generations: int
     seed: int
     selection: str
-    weights: tuple[float, float]  # on 1 − PE and 1 − gain (asf)
+    weights: tuple[float, float]  # on the two objectives (asf: time, gain; progress: 1, β)
     collectives: tuple[str, ...]  # whose fronts the choice is taken from
 
 
@@ -281,6 +321,7 @@ class Nsga2Schedule:
         seed: int,
         selection: str,
         weight_time: float,
+        progress_exponent: float,
         collectives: Sequence[str],
     ) -> None:
         if not 0 < cr_min < cr_max <= 1:
@@ -296,7 +337,7 @@ class Nsga2Schedule:
             generations=generations,
             seed=seed,
             selection=selection,
-            weights=(weight_time, 1.0 - weight_time),
+            weights=SELECTIONS[selection].weights(weight_time, progress_exponent),
             collectives=tuple(collectives),
         )
         self.gain_model = GainModel()
@@ -305,6 +346,7 @@ class Nsga2Schedule:
         self.shared_index_factor: float | None = None
         self._links_at_solve: list[LinkLike] | None = None
         self._gain_at_solve = math.nan
+        self._drifted_rounds = 0  # consecutive rounds the gain has been beyond GAIN_DRIFT
         self.last_solve: SolveRecord | None = None
 
     def observe_gains(self, gains: Sequence[Sequence[float]], weights: Sequence[float]) -> None:
@@ -335,9 +377,9 @@ class Nsga2Schedule:
         if _link_change(self._links_at_solve, links) > LINK_CHANGE:
             return "links changed"
         gain_now = float(self._gain_of(self.collective)(np.array([self.ratio]))[0])
-        if abs(gain_now / self._gain_at_solve - 1.0) > GAIN_DRIFT:
-            return "gain drifted"
-        return None
+        drifted = abs(gain_now / self._gain_at_solve - 1.0) > GAIN_DRIFT
+        self._drifted_rounds = self._drifted_rounds + 1 if drifted else 0
+        return "gain drifted" if self._drifted_rounds >= GAIN_DRIFT_ROUNDS else None
 
     def ratio_for(
         self,
@@ -359,21 +401,19 @@ class Nsga2Schedule:
         if reason is None:
             return self.ratio
 
-        def efficiency(collective: str) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
-            def parallel_efficiency(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
+        def round_s(collective: str) -> Curve:
+            def seconds(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
                 times = [round_times(float(c)) for c in ratios]
-                return np.array(
-                    [
-                        compute_s / (t[COLLECTIVE_INDEX[collective]] if t else math.inf)
-                        for t in times
-                    ]
-                )
+                return np.array([t[COLLECTIVE_INDEX[collective]] if t else math.inf for t in times])
 
-            return parallel_efficiency
+            return seconds
 
+        objectives = SELECTIONS[self.params.selection].objectives
         problems = {
             name: RatioProblem(
-                efficiency(name), self._gain_of(name), self.params.cr_min, self.params.cr_max
+                objectives(round_s(name), compute_s, self._gain_of(name)),
+                self.params.cr_min,
+                self.params.cr_max,
             )
             for name in self.params.collectives
         }
@@ -386,8 +426,11 @@ class Nsga2Schedule:
             weights=self.params.weights,
         )
         self.ratio, self.collective = solution.ratio, solution.collective
+        chosen = np.array([solution.ratio])
+        gain = float(self._gain_of(solution.collective)(chosen)[0])
         self._links_at_solve = list(links)
-        self._gain_at_solve = solution.gain
+        self._gain_at_solve = gain
+        self._drifted_rounds = 0
         grid = self.gain_model.grid
         grid = grid[(grid >= self.params.cr_min) & (grid <= self.params.cr_max)]
         times = [round_times(float(c)) for c in grid]
@@ -397,8 +440,8 @@ class Nsga2Schedule:
             front_size=solution.front_size,
             ratio=solution.ratio,
             collective=solution.collective,
-            parallel_efficiency=solution.parallel_efficiency,
-            gain=solution.gain,
+            parallel_efficiency=float(compute_s / round_s(solution.collective)(chosen)[0]),
+            gain=gain,
             solve_s=solution.solve_s,
             shared_index_factor=self.shared_index_factor,
             grid_ratios=tuple(float(c) for c in grid),

@@ -4,6 +4,8 @@ import pytest
 from compress.gain import gain_curve
 from compress.topk import topk_energy, topk_indices
 from strategies.policies.nsga2 import (
+    GAIN_DRIFT_ROUNDS,
+    SELECTIONS,
     GainModel,
     Nsga2Schedule,
     RatioProblem,
@@ -52,16 +54,19 @@ def _problem(
     compute: float = 0.05,
     bytes_per_value: int = 8,  # values + int32 indices
     gain_factor: float = 1.0,
+    selection: str = "progress",
 ) -> RatioProblem:
     model = GainModel(GRID)
     model.observe([gain_curve(_update(1), GRID)], [1])
     curve = model.curve()
 
-    def pe(ratio: np.ndarray) -> np.ndarray:
-        sync = 2 * latency + bytes_per_value * np.ceil(ratio * D) / bandwidth
-        return compute / (compute + sync)
+    def round_s(ratio: np.ndarray) -> np.ndarray:
+        return compute + 2 * latency + bytes_per_value * np.ceil(ratio * D) / bandwidth
 
-    return RatioProblem(pe, lambda ratio: gain_factor * curve(ratio), cr_min=0.001, cr_max=0.1)
+    objectives = SELECTIONS[selection].objectives(
+        round_s, compute, lambda ratio: gain_factor * curve(ratio)
+    )
+    return RatioProblem(objectives, cr_min=0.001, cr_max=0.1)
 
 
 def _nondominated(points: np.ndarray) -> np.ndarray:
@@ -73,10 +78,11 @@ def _nondominated(points: np.ndarray) -> np.ndarray:
     return points[np.array(keep)]
 
 
-def test_front_agrees_with_a_dense_grid_within_tolerance() -> None:
+@pytest.mark.parametrize("selection", ["progress", "asf"])
+def test_front_agrees_with_a_dense_grid_within_tolerance(selection: str) -> None:
     """Tolerance: every NSGA-II point within 0.01 (objective units) of the grid's front."""
-    problem = _problem(bandwidth=1e6)
-    solution = solve(problem, seed=1)
+    problem = _problem(bandwidth=1e6, selection=selection)
+    solution = solve(problem, seed=1, selection=selection)
     x = np.linspace(problem.xl[0], problem.xu[0], 4000)[:, None]
     out: dict = {}
     problem._evaluate(x, out)
@@ -96,8 +102,48 @@ def test_ratio_follows_bandwidth_and_the_seed_fixes_the_schedule() -> None:
     assert low < mid < high
     again = solve(_problem(bandwidth=2e6), seed=3)
     assert again.ratio == mid
-    asf = solve(_problem(bandwidth=2e6), seed=3, selection="asf")
+    asf = solve(_problem(bandwidth=2e6, selection="asf"), seed=3, selection="asf")
     assert 0.001 <= asf.ratio <= 0.1
+
+
+def _choices(selection: str, weights: tuple[float, float], **link: float) -> list[float]:
+    return [
+        solve(
+            _problem(bandwidth=b, selection=selection, **link),
+            seed=3,
+            selection=selection,
+            weights=weights,
+        ).ratio
+        for b in (1.25e5, 1.25e6, 1.25e7)  # 1, 10 and 100 Mbit/s
+    ]
+
+
+def test_progress_keeps_scale_where_the_paper_asf_saturates() -> None:
+    """Communication-bound rounds (1 ms of compute): 1 − PE is near 1 at every c and every
+    bandwidth, so ASF on the efficiencies makes one choice at all three; time per unit of
+    progress still follows the bandwidth."""
+    asf = _choices("asf", (0.6, 0.4), compute=0.001)
+    progress = _choices("progress", (1.0, 0.5), compute=0.001)
+    assert progress[0] < progress[1] < progress[2]
+    assert max(asf) / min(asf) < 1.1 < progress[2] / progress[0]
+
+
+def test_progress_takes_the_gain_when_rounds_cost_the_same_at_every_ratio() -> None:
+    """Latency-bound rounds (100 ms, fast link): a larger c costs nearly nothing, so progress
+    takes the top of the range; the paper's ASF takes a small c, its 1 − PE being saturated."""
+    link = {"latency": 0.1, "compute": 0.001}
+    progress = solve(_problem(bandwidth=1.25e8, **link), seed=3).ratio
+    asf = solve(_problem(bandwidth=1.25e8, selection="asf", **link), seed=3, selection="asf")
+    assert progress > 0.09 and asf.ratio < 0.05
+
+
+def test_progress_exponent_trades_time_for_gain() -> None:
+    """β = 0: time alone (the smallest c); a larger β moves to larger c."""
+    chosen = [
+        solve(_problem(bandwidth=1.25e6), seed=3, weights=(1.0, beta)).ratio
+        for beta in (0.0, 0.5, 2.0)
+    ]
+    assert chosen[0] < 0.0011 and chosen[0] < chosen[1] < chosen[2]
 
 
 def test_asf_follows_bandwidth_when_sync_is_as_dear_as_compute() -> None:
@@ -152,6 +198,7 @@ def _schedule_kwargs() -> dict:
         seed=0,
         selection="asf",
         weight_time=0.6,
+        progress_exponent=0.5,
         collectives=("allgather", "allreduce"),
     )
 
@@ -180,3 +227,27 @@ def test_schedule_weighs_the_shared_index_gain_when_choosing_the_collective(
     # Nothing moved: the next round keeps the ratio without solving.
     assert schedule.ratio_for(4, _allreduce_twice_as_fast, COMPUTE_S, links) == ratio
     assert schedule.last_solve is None
+
+
+def test_gain_drift_fires_only_when_it_persists() -> None:
+    """One round's gain far off the solved one is noise; GAIN_DRIFT_ROUNDS in a row is a drift."""
+    schedule = Nsga2Schedule(**{**_schedule_kwargs(), "selection": "progress"})
+    update = gain_curve(_update(2), GRID)
+    schedule.observe_gains([update], [1])
+    links = [LinkEstimate(0.01, 1e6, 1e6)] * 3
+    schedule.ratio_for(3, _allreduce_twice_as_fast, COMPUTE_S, links)
+    assert schedule.last_solve is not None
+    halved = [g / 2 for g in update]
+    schedule.observe_gains([halved], [1])  # one noisy round ...
+    schedule.ratio_for(4, _allreduce_twice_as_fast, COMPUTE_S, links)
+    assert schedule.last_solve is None
+    schedule.gain_model.smoothed = np.asarray(update)  # ... then back: no solve
+    for server_round in range(5, 5 + GAIN_DRIFT_ROUNDS):
+        schedule.ratio_for(server_round, _allreduce_twice_as_fast, COMPUTE_S, links)
+        assert schedule.last_solve is None
+    schedule.gain_model.smoothed = np.asarray(halved)  # a lasting change
+    reasons = []
+    for server_round in range(10, 10 + GAIN_DRIFT_ROUNDS):
+        schedule.ratio_for(server_round, _allreduce_twice_as_fast, COMPUTE_S, links)
+        reasons.append(schedule.last_solve.reason if schedule.last_solve else None)
+    assert reasons == [None] * (GAIN_DRIFT_ROUNDS - 1) + ["gain drifted"]

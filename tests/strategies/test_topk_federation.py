@@ -27,6 +27,7 @@ MODES = {
     "allreduce-star": {"collective": "allreduce", "leader": "star"},
     "allreduce-var": {"collective": "allreduce", "leader": "var"},
     "allreduce-global": {"collective": "allreduce", "index_policy": "global"},
+    "allreduce-residual-hints": {"collective": "allreduce", "index_policy": "residual-hints"},
 }
 
 
