@@ -23,6 +23,7 @@ from client.replica import bring_up_to_date
 from client.reports import reports
 from common.data import data_spec
 from common.models import build_model
+from common.params import buffer_positions
 from common.settings import Settings
 from compress import COMPRESSORS
 from strategies.collectives import COLLECTIVES
@@ -73,6 +74,7 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
             layout=layout,
             compressor=COMPRESSORS[settings.compressor],
             rng=_compressor_rng(settings, local.partition_id, instruction.round.server_round, 0),
+            always_sent=buffer_positions(model),
         )
     )
     reply = TrainReply(

@@ -61,6 +61,25 @@ def topk_indices(x: NDArray[np.float32], k: int) -> NDArray[np.int64]:
     return _exact(magnitude, candidates, k)
 
 
+def topk_with(x: NDArray[np.float32], k: int, always: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Ascending: the ``k`` entries of largest magnitude outside ``always``, and ``always``
+    (a model's buffers, sent every round): ``sent_count(k, x.size, always.size)`` indices."""
+    if always.size == 0:
+        return topk_indices(x, k)
+    pool = np.ones(x.size, dtype=bool)
+    pool[always] = False
+    candidates = np.flatnonzero(pool)
+    if candidates.size == 0:
+        return np.sort(always)
+    chosen = candidates[topk_indices(x[candidates], min(k, candidates.size))]
+    return np.union1d(chosen, always)
+
+
+def sent_count(k: int, size: int, always: int) -> int:
+    """Entries a reply carries: ``k`` chosen (at most the rest of the vector) and ``always``."""
+    return min(k, size - always) + always
+
+
 def topk_energy(x: NDArray[np.float32], indices: NDArray[np.int64]) -> float:
     """||x[indices]||², in float64."""
     selected = x[indices].astype(np.float64)

@@ -6,6 +6,7 @@ import time
 from logging import INFO
 from pathlib import Path
 
+import numpy as np
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
@@ -13,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 from common.data import data_spec, server_test_split
 from common.flower_polls import shorten_grid_pull
 from common.models import build_model
-from common.params import model_to_vector
+from common.params import buffer_positions, model_to_vector
 from common.settings import PROJECT_ROOT, Settings
 from common.workload import check_workload
 from compress import COMPRESSORS
@@ -30,6 +31,7 @@ from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
+from strategies.collectives.base import Indices
 from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
@@ -75,11 +77,15 @@ def resolve_results_dir(settings: Settings) -> Path:
     return path if path.is_absolute() else Path.cwd() / path
 
 
-def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> EdgeStrategy:
-    """The strategy and its parts, as the settings choose them."""
+def build_strategy(
+    settings: Settings, clock: VirtualClock, layout: Layout, always_sent: Indices | None = None
+) -> EdgeStrategy:
+    """The strategy and its parts, as the settings choose them. ``always_sent``: positions of
+    the model's buffers, which compressed collectives send every round."""
     compressor = COMPRESSORS[settings.compressor]
+    always = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
     times = RoundTimes(
-        settings.num_clients, layout.size, settings.topology, compressor.values_nbytes
+        settings.num_clients, layout.size, settings.topology, compressor.values_nbytes, always.size
     )
     collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
     return EdgeStrategy(
@@ -87,8 +93,10 @@ def build_strategy(settings: Settings, clock: VirtualClock, layout: Layout) -> E
         layout=layout,
         collectives={
             "dense": Dense(),
-            "allgather": Allgather(),
-            "allreduce": Allreduce(settings.leader, settings.index_policy, settings.index_hints),
+            "allgather": Allgather(always),
+            "allreduce": Allreduce(
+                settings.leader, settings.index_policy, settings.index_hints, always
+            ),
         },
         compressor=compressor,
         policies=Policies(
@@ -144,7 +152,7 @@ def main(grid: Grid, context: Context) -> None:
     clock = VirtualClock(
         profiles, schedule, flops_per_sample=workload.train_flops_per_sample, server=server_link
     )
-    strategy = build_strategy(settings, clock, layout)
+    strategy = build_strategy(settings, clock, layout, buffer_positions(model))
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         result = evaluate(model, layout.flatten(arrays), test)

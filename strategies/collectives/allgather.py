@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import numpy as np
+
 from compress.base import ErrorFeedback, send_at
-from compress.topk import topk_indices
+from compress.topk import sent_count, topk_with
 from strategies.collectives.base import (
     ActionHandler,
     Aggregate,
@@ -27,7 +29,7 @@ from strategies.collectives.base import (
 )
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
 from strategies.collectives.maths import scatter_add
-from wire.codec import Sparse, index_nbytes, sparse_record, topk_count
+from wire.codec import PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import TRAIN
 from wire.messages import TrainReply, required_sparse
 
@@ -42,13 +44,21 @@ class Allgather:
         assert job.instruction.compression is not None
         size = job.update.size
         compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
-        indices = topk_indices(compensated, topk_count(size, job.instruction.compression.ratio))
+        k = topk_count(size, job.instruction.compression.ratio)
+        indices = topk_with(compensated, k, job.always_sent)
         encoded = send_at(job.state, compensated, indices, job.compressor, job.rng)
         return ClientPayload(sparse=sparse_record(indices, size, encoded.arrays))
 
+    def __init__(self, always_sent: Indices | None = None) -> None:
+        self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
+
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Sparse:
         record = required_sparse(reply.sparse)
-        return Sparse.from_record(record, plan.size, plan.k, plan.compressor.decode)
+        count = sent_count(plan.k, plan.size, self.always_sent.size)
+        sparse = Sparse.from_record(record, plan.size, count, plan.compressor.decode)
+        if self.always_sent.size and not np.isin(self.always_sent, sparse.indices).all():
+            raise PayloadError("the model's buffers (sent every round) are missing")
+        return sparse
 
     def round_index_set(self) -> Indices | None:
         return None

@@ -272,8 +272,14 @@ class Allreduce:
         return _train(job)
 
     def __init__(
-        self, leader: str = "star", index_policy: str = "leader", index_hints: float = 0.0
+        self,
+        leader: str = "star",
+        index_policy: str = "leader",
+        index_hints: float = 0.0,
+        always_sent: Indices | None = None,
     ) -> None:
+        # the model's buffers: in every index set (see ClientRound.always_sent)
+        self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
         self.choose_leader = LEADERS[leader]
         self.index_policy = INDEX_POLICIES[index_policy](index_hints)
         self._index_set: Indices | None = None  # for the next round (one-phase policies)
@@ -321,8 +327,15 @@ class Allreduce:
             for weight, p in zip(plan.weights(participants), participants, strict=True)
             if (indices := self._hints_of(p.reply, plan)) is not None
         ]
-        self._index_set = self.index_policy.next_index_set(update, plan.k, hints)
+        self._index_set = self._with_always_sent(
+            self.index_policy.next_index_set(update, plan.k, hints)
+        )
         return Aggregate(participants, update, factor)
+
+    def _with_always_sent(self, index_set: Indices | None) -> Indices | None:
+        if index_set is None or not self.always_sent.size:
+            return index_set
+        return np.union1d(index_set, self.always_sent)
 
     def _hints_of(self, reply: TrainReply, plan: RoundPlan) -> Indices | None:
         """A reply's residual indices, when this round asked for them (exactly that many)."""
@@ -352,9 +365,11 @@ class Allreduce:
         replies = yield Exchange(
             [Message(content=request, dst_node_id=leader.node_id, message_type=TRAIN_INDICES)],
         )
-        index_set = self._leader_indices(plan, leader, content_nbytes(request), replies)
-        if index_set is None:
+        own_indices = self._leader_indices(plan, leader, content_nbytes(request), replies)
+        if own_indices is None:
             return Aggregate([], None)  # no index set, no round
+        index_set = self._with_always_sent(own_indices)
+        assert index_set is not None
         values_request = PhaseRequest(plan.server_round, plan.ratio, index_set, plan.size)
         content = values_request.to_content()
         replies = yield Exchange(
@@ -364,7 +379,7 @@ class Allreduce:
             ],
         )
         accepted = self._values_replies(
-            plan, participants, index_set, content_nbytes(content), replies, leader
+            plan, participants, index_set, content_nbytes(content), replies, leader, own_indices
         )
         accepted = screened(plan, accepted, VALUES_ACTION)
         factor = shared_index_factor(accepted) if accepted else None
@@ -404,6 +419,7 @@ class Allreduce:
         bytes_down: int,
         replies: Replies,
         leader: Participant,
+        leader_indices: Indices,
     ) -> list[Participant]:
         """Participants whose values at I were accepted, by partition id; logs the phase."""
         by_node = {p.node_id: p for p in participants}
@@ -421,8 +437,8 @@ class Allreduce:
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
                 values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
-                if p is leader:
-                    self._check_claim(leader, values)
+                if p is leader:  # its claim was about its own Top-k, without the buffers
+                    self._check_claim(leader, values[np.isin(index_set, leader_indices)])
                 compress_s = compress_s_of(msg.content) or 0.0
                 measured = plan.measure(msg)
             except Exception as exc:  # whatever a reply holds, it costs that reply, not the run

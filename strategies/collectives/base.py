@@ -45,6 +45,9 @@ class ClientRound:
     layout: Layout
     compressor: Compressor
     rng: np.random.Generator  # seeded per client and round (stochastic compressors)
+    # Entries sent every round beside the Top-k: the model's buffers (batch-norm statistics
+    # are moving averages, not gradients: held back by error feedback they overshoot)
+    always_sent: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass(frozen=True)

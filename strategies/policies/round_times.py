@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from compress.topk import sent_count
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
 from strategies.collectives.base import Phase
@@ -29,11 +30,13 @@ class RoundTimes:
         size: int,
         topology: str,
         values_nbytes: Callable[[int], int] = lambda count: 4 * count,
+        always_sent: int = 0,
     ) -> None:
         self.num_clients = num_clients
         self.size = size
         self.topology = topology
         self.values_nbytes = values_nbytes  # the compressor's bytes for k values
+        self.always_sent = always_sent  # entries sent beside the Top-k (the model's buffers)
         self.estimator = LinkEstimator(window=48)
         self.compute_s: dict[int, float] = {}  # last virtual compute time per client
         self.union_fraction = 1.0  # last Allgather union size / (N·k)
@@ -54,7 +57,7 @@ class RoundTimes:
         if known is None:
             return None
         compute = [self.compute_s.get(c, 0.0) for c in range(self.num_clients)]
-        k = topk_count(self.size, ratio)
+        k = sent_count(topk_count(self.size, ratio), self.size, self.always_sent)
         values_nbytes = self.values_nbytes(k)
         union = min(self.size, math.ceil(self.union_fraction * self.num_clients * k))
         if self.topology == "star":
