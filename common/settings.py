@@ -134,8 +134,8 @@ class Settings:
     index_hints: float = _spec(
         minimum=0.0,
         maximum=1.0,
-        exclusive_minimum=True,
-        doc="allreduce residual-hints: residual indices each client reports, as a share of k",
+        doc="allreduce residual-hints: residual indices each client reports, as a share of k "
+        "(0: none, the server's estimate alone)",
     )
     compressor: str = _spec(
         table=True, doc="compressed collectives: how the selected values travel"

@@ -21,7 +21,8 @@ def describe(results_dir: Path) -> str:
         return "dense"
     mode = config["collective"]
     if mode == "allreduce":
-        mode += f" {config['leader']}" if config["index-policy"] == "leader" else " global"
+        policy = config["index-policy"]
+        mode += f" {config['leader']}" if policy == "leader" else f" {policy}"
     return f"topk {mode} c={config['compression-ratio']}"
 
 
