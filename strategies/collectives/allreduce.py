@@ -6,11 +6,11 @@ from is the index policy:
   e = update + residual in its state and reports ||TopK(e)||²; ``indices``: the leader (STAR:
   the client at position round mod N by partition id; VAR: the largest ||TopK(e)||²) sends the
   Top-k indices of its e; ``values``: I goes to everyone, each sends e[I] and keeps the rest.
-- ``global`` (in neither paper): I is the Top-k of the previous aggregated update and travels
-  with the instructions, so clients send e[I] at once; the first round uses the leader phases.
-  It freezes: that update is non-zero exactly on the previous I, so its Top-k is I again.
-- ``residual-estimate`` (in neither paper): one phase like ``global``, but I is the Top-k of
-  the server's estimate of the clients' residuals (``ResidualEstimate``), so it moves.
+- one phase (in neither paper): I travels with the instructions, so clients send e[I] at once
+  (the first round uses the leader phases). ``residual-hints``: I from the clients' reported
+  residual indices and the server's estimate of their residuals (``ResidualHints``);
+  ``global``: the Top-k of the previous aggregate, which freezes (``PreviousTopk``).
+A model's buffers are in every I (``ClientRound.always_sent``).
 """
 
 from __future__ import annotations
