@@ -84,8 +84,15 @@ def build_strategy(
     the model's buffers, which compressed collectives send every round."""
     compressor = COMPRESSORS[settings.compressor]
     always = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
+    allreduce = Allreduce(settings.leader, settings.index_policy, settings.index_hints, always)
+    policy = allreduce.index_policy
     times = RoundTimes(
-        settings.num_clients, layout.size, settings.topology, compressor.values_nbytes, always.size
+        settings.num_clients,
+        layout.size,
+        settings.topology,
+        compressor.values_nbytes,
+        always.size,
+        policy.hint_share if policy.one_phase else None,
     )
     collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
     return EdgeStrategy(
@@ -94,9 +101,7 @@ def build_strategy(
         collectives={
             "dense": Dense(),
             "allgather": Allgather(always),
-            "allreduce": Allreduce(
-                settings.leader, settings.index_policy, settings.index_hints, always
-            ),
+            "allreduce": allreduce,
         },
         compressor=compressor,
         policies=Policies(

@@ -140,6 +140,7 @@ def hint_count(k: int, share: float) -> int:
 
 class IndexPolicy(Protocol):
     hint_share: float  # residual indices per client, as a share of k (0: none asked)
+    one_phase: bool  # I travels with the instructions (after round 1)
 
     def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
         """The next round's index set from this round's aggregated update (None: a leader's)."""
@@ -150,6 +151,7 @@ class LeaderEachRound:
     """The papers' policy: every round's I comes from its leader (three phases)."""
 
     hint_share = 0.0
+    one_phase = False
 
     def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
         return None
@@ -160,6 +162,7 @@ class PreviousTopk:
     exactly on the previous I, so its Top-k is I again. Kept for reference."""
 
     hint_share = 0.0
+    one_phase = True
 
     def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
         return topk_indices(update.dense(), k)
@@ -182,6 +185,7 @@ class ResidualHints:
 
     RATE_FLOOR = 1e-3
     HINTED_SHARE = 0.5  # of k, at most, taken from the hints
+    one_phase = True
 
     def __init__(self, hint_share: float) -> None:
         self.hint_share = hint_share
@@ -478,13 +482,26 @@ class Allreduce:
 
     @staticmethod
     def predict_star_s(
-        links: Sequence[LinkLike], compute_s: Sequence[float], k: int, size: int, values_nbytes: int
+        links: Sequence[LinkLike],
+        compute_s: Sequence[float],
+        k: int,
+        size: int,
+        values_nbytes: int,
+        hint_share: float | None = None,
     ) -> float:
         """Three phases: train (down k-sparse update, up metrics), indices (the leader: up the
         index set; the slowest client is assumed to lead), values (down the index set, up k
-        values of ``values_nbytes``)."""
+        values of ``values_nbytes``). With a one-phase policy (``hint_share`` not None) one:
+        down the update and the index set, compute, up the values and any hinted indices."""
         ov = MESSAGE_OVERHEAD_BYTES
         idx = index_nbytes(k, size)
+        if hint_share is not None:
+            hints = hint_count(k, hint_share)
+            up = values_nbytes + (index_nbytes(hints, size) if hints else 0) + ov
+            return max(
+                transfer_s(link, 4 * k + 2 * idx + ov, False) + c + transfer_s(link, up, True)
+                for link, c in zip(links, compute_s, strict=True)
+            )
         train = max(
             transfer_s(link, 4 * k + idx + ov, False) + c + transfer_s(link, ov, True)
             for link, c in zip(links, compute_s, strict=True)

@@ -31,12 +31,15 @@ class RoundTimes:
         topology: str,
         values_nbytes: Callable[[int], int] = lambda count: 4 * count,
         always_sent: int = 0,
+        one_phase_hints: float | None = None,
     ) -> None:
         self.num_clients = num_clients
         self.size = size
         self.topology = topology
         self.values_nbytes = values_nbytes  # the compressor's bytes for k values
         self.always_sent = always_sent  # entries sent beside the Top-k (the model's buffers)
+        # Allreduce with a one-phase index policy: its hint share (None: the leader's phases)
+        self.one_phase_hints = one_phase_hints
         self.estimator = LinkEstimator(window=48)
         self.compute_s: dict[int, float] = {}  # last virtual compute time per client
         self.union_fraction = 1.0  # last Allgather union size / (N·k)
@@ -63,7 +66,9 @@ class RoundTimes:
         if self.topology == "star":
             return (
                 Allgather.predict_star_s(known, compute, k, union, self.size, values_nbytes),
-                Allreduce.predict_star_s(known, compute, k, self.size, values_nbytes),
+                Allreduce.predict_star_s(
+                    known, compute, k, self.size, values_nbytes, self.one_phase_hints
+                ),
             )
         link = Link.from_bandwidth(  # the peer collectives see the slowest link
             max(e.latency_s for e in known),

@@ -90,3 +90,11 @@ def test_star_topk_modes_by_hand() -> None:
     values = 0.05 + (idx_k + OV) / 2e5 + 0.05 + (4 * k + OV) / 1e5
     got = Allreduce.predict_star_s([fast, slow], [0.1, 0.2], k, d, 4 * k)
     assert got == pytest.approx(train + indices + values)
+    # One-phase policies: down the update and the index set, compute, up values (and hints).
+    one_phase = 0.05 + (4 * k + 2 * idx_k + OV) / 2e5 + 0.2 + 0.05 + (4 * k + OV) / 1e5
+    assert Allreduce.predict_star_s([fast, slow], [0.1, 0.2], k, d, 4 * k, 0.0) == pytest.approx(
+        one_phase
+    )
+    hinted = Allreduce.predict_star_s([fast, slow], [0.1, 0.2], k, d, 4 * k, 0.25)
+    assert hinted == pytest.approx(one_phase + index_nbytes(125, d) / 1e5)
+    assert hinted < train + indices + values
