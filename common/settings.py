@@ -166,6 +166,11 @@ class Settings:
         exclusive_maximum=True,
         doc="nsga2 asf: weight on time (the rest on gain)",
     )
+    cr_ratio_ramp: float = _spec(
+        minimum=0.0,
+        doc="nsga2: the largest factor c may rise by from one round to the next (0: no limit; "
+        "else at least 1); it falls at once",
+    )
     cr_progress_exponent: float = _spec(
         minimum=0.0,
         doc="nsga2 progress: β, rounds to a target taken to scale as gain^−β "

@@ -45,6 +45,7 @@ def _nsga2(settings: Settings) -> RatioPolicy:
         selection=settings.cr_selection,
         weight_time=settings.cr_weight_time,
         progress_exponent=settings.cr_progress_exponent,
+        ratio_ramp=settings.cr_ratio_ramp,
         collectives=("allgather", "allreduce")
         if settings.collective == AUTO
         else (settings.collective,),

@@ -32,6 +32,7 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 NEW_SETTINGS = {
     "compressor": "topk",
     "cr-progress-exponent": 0.5,
+    "cr-ratio-ramp": 0.0,
     "index-hints": 0.25,
     "robust": "clip-screen",
     "robust-clip": 3.0,

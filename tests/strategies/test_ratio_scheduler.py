@@ -187,6 +187,9 @@ def test_shared_index_factor_is_smoothed_and_checked() -> None:
         Nsga2Schedule(**{**_schedule_kwargs(), "collectives": ("broadcast",)})
 
 
+RATIO_RAMP = 2.0
+
+
 def _schedule_kwargs() -> dict:
     return dict(
         initial_ratio=0.01,
@@ -200,6 +203,7 @@ def _schedule_kwargs() -> dict:
         weight_time=0.6,
         progress_exponent=0.5,
         collectives=("allgather", "allreduce"),
+        ratio_ramp=RATIO_RAMP,
     )
 
 
@@ -222,11 +226,32 @@ def test_schedule_weighs_the_shared_index_gain_when_choosing_the_collective(
     ratio = schedule.ratio_for(3, _allreduce_twice_as_fast, COMPUTE_S, links)
     assert schedule.last_solve is not None and schedule.last_solve.reason == "warm-up done"
     assert schedule.collective == expected == schedule.last_solve.collective
-    assert schedule.last_solve.ratio == ratio
+    target = schedule.last_solve.ratio
+    assert ratio == min(target, 0.01 * RATIO_RAMP)  # up by at most RATIO_RAMP a round
     assert set(schedule.last_solve.grid_round_s) == {"allgather", "allreduce"}
-    # Nothing moved: the next round keeps the ratio without solving.
-    assert schedule.ratio_for(4, _allreduce_twice_as_fast, COMPUTE_S, links) == ratio
+    # Nothing moved: the next rounds ramp up to the chosen ratio without solving.
+    ratios = [
+        schedule.ratio_for(r, _allreduce_twice_as_fast, COMPUTE_S, links) for r in range(4, 12)
+    ]
     assert schedule.last_solve is None
+    assert all(
+        b == min(target, a * RATIO_RAMP) for a, b in zip([ratio, *ratios[:-1]], ratios, strict=True)
+    )
+    assert ratios[-1] == target
+
+
+def test_the_ratio_falls_at_once_and_rises_by_at_most_the_ramp() -> None:
+    schedule = Nsga2Schedule(**{**_schedule_kwargs(), "initial_ratio": 0.001})
+    schedule.target = 0.1
+    rising = [schedule._ramped() for _ in range(8)]
+    assert rising == [min(0.1, 0.001 * RATIO_RAMP**i) for i in range(1, 9)]
+    schedule.target = 0.002
+    assert schedule._ramped() == 0.002
+    unlimited = Nsga2Schedule(**{**_schedule_kwargs(), "initial_ratio": 0.001, "ratio_ramp": 0.0})
+    unlimited.target = 0.1
+    assert unlimited._ramped() == 0.1  # the default: at once
+    with pytest.raises(ValueError, match="cr-ratio-ramp"):
+        Nsga2Schedule(**{**_schedule_kwargs(), "ratio_ramp": 0.5})
 
 
 def test_gain_drift_fires_only_when_it_persists() -> None:
