@@ -89,6 +89,11 @@ class Settings:
 
     num_clients: int = _spec(minimum=1, doc="number of clients (SuperNodes) in the run")
     num_server_rounds: int = _spec(minimum=1, doc="synchronous training rounds")
+    virtual_time_budget_s: float = _spec(
+        minimum=0.0,
+        doc="stop after the first round that ends at or past this virtual time (0: off; "
+        "num-server-rounds stays the cap)",
+    )
     seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
     dataset: str = _spec(
         doc='"digits" (bundled), "synthetic" (FedProx\'s Synthetic(α, β), generated per client) '

@@ -32,7 +32,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from common.settings import PROJECT_ROOT, ConfigError
+from common.settings import PROJECT_ROOT, ConfigError, default_run_config
 from scripts import compare_plots, compare_spec, compare_table
 from scripts.run_simulation import format_overrides, resolve_settings
 from server.records import read_rounds
@@ -55,11 +55,17 @@ class Job:
     @property
     def done(self) -> bool:
         """Finished with the configuration the comparison file asks for now (records of an
-        edited entry are not reused)."""
+        edited entry are not reused). A setting added after the records were written counts
+        as matching where this run asks for its default: a new setting's default keeps the
+        behaviour it had before."""
         if not self.recorded:
             return False
         config = json.loads((self.results_dir / "summary.json").read_text())["config"]
         config.pop("results-dir", None)
+        defaults = default_run_config()
+        for key, value in self.expected.items():
+            if key not in config and key in defaults and value == defaults[key]:
+                config[key] = value
         return bool(config == self.expected)
 
 

@@ -181,6 +181,7 @@ def main(grid: Grid, context: Context) -> None:
             seed=settings.seed,
         ),
         evaluate_fn=evaluate_global,
+        virtual_time_budget_s=settings.virtual_time_budget_s,
     )
     summary = recorder.finish()
     log(

@@ -5,20 +5,21 @@ rate, injection, replica payloads) → the training instructions, which Flower's
 ``aggregate_train``: accept the training replies → the collective's program (any further
 exchanges, each sent through the grid in the loop below) → aggregate → apply to the global
 model and advance the replicas → observe (policies, link estimates) → record (the ledger).
-``start`` is Flower's own loop.
+``start``: the loop of Flower's ``Strategy.start`` (train, then centralized evaluation; no
+client-side evaluation), which can also stop once the virtual clock passes a budget.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 from compress.base import Compressor
@@ -131,6 +132,55 @@ class EdgeStrategy(FedAvg):
         self.identities = Identities()  # which node speaks for which partition
         self.stats: dict[int, RoundStats] = {}
         self.current: RoundState | None = None
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        virtual_time_budget_s: float = 0.0,
+    ) -> Result:
+        """Train for ``num_rounds`` rounds, or fewer: with ``virtual_time_budget_s`` > 0 the
+        last round is the first to end at or past that virtual time. Evaluation is centralized
+        (``evaluate_fn`` before the first round and after each); ``evaluate_config`` is unused."""
+        train_config = ConfigRecord() if train_config is None else train_config
+        result = Result(arrays=initial_arrays)
+
+        def evaluate(server_round: int, arrays: ArrayRecord) -> None:
+            metrics = None if evaluate_fn is None else evaluate_fn(server_round, arrays)
+            if metrics is not None:
+                result.evaluate_metrics_serverapp[server_round] = metrics
+
+        evaluate(0, initial_arrays)
+        arrays = initial_arrays
+        for server_round in range(1, num_rounds + 1):
+            replies = grid.send_and_receive(
+                self.configure_train(server_round, arrays, train_config, grid), timeout=timeout
+            )
+            new_arrays, train_metrics = self.aggregate_train(server_round, replies)
+            if new_arrays is not None:
+                arrays = result.arrays = new_arrays
+            if train_metrics is not None:
+                result.train_metrics_clientapp[server_round] = train_metrics
+            evaluate(server_round, arrays)
+            spent = self.stats[server_round].virtual_time_s
+            if 0 < virtual_time_budget_s <= spent:
+                log(
+                    INFO,
+                    "edgeflex: virtual-time budget of %.1f s spent after round %d (%.1f s)",
+                    virtual_time_budget_s,
+                    server_round,
+                    spent,
+                )
+                break
+        return result
 
     # --- choose and plan ---------------------------------------------------------------------
 

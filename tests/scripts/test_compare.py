@@ -1,5 +1,6 @@
 """The comparison runner on configs/compare/smoke.toml, and comparison files that are wrong."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,15 @@ def test_every_shipped_comparison_file_is_valid() -> None:
     for name in names:
         comparison = compare_spec.load(compare_spec.find(name))
         assert comparison.baseline in {r.name for r in comparison.runs}
+
+
+def test_records_from_before_a_setting_existed_count_when_its_default_is_asked(
+    tmp_path: Path,
+) -> None:
+    job = compare.plan(compare_spec.load(compare_spec.find("smoke")), tmp_path)[1]
+    job.results_dir.mkdir(parents=True)
+    old = {k: v for k, v in job.expected.items() if k != "virtual-time-budget-s"}
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": old}))
+    assert job.done  # the records were written before the setting: it ran at its default
+    job.expected["virtual-time-budget-s"] = 30.0
+    assert not job.done  # this run asks for something the records did not do
