@@ -26,9 +26,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from scripts.count_requests import WRITE_EVERY_S, read_counts
 from scripts.peak_rss import kind
-from scripts.processes import process_tree, stat_fields
+from scripts.processes import process_tree
 from scripts.run_federation import Federation, NodeRuntime, deployment_overrides, local_federation
 from scripts.run_simulation import parse_overrides, resolve_settings
 
@@ -37,12 +39,14 @@ CpuSeconds = dict[int, tuple[str, float]]  # pid -> (kind of process, CPU second
 
 
 def cpu_seconds(pids: set[int]) -> CpuSeconds:
-    ticks = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
-        fields, name = stat_fields(pid), kind(pid)
-        if fields is not None and name is not None:
-            out[pid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        if (name := kind(pid)) is not None:
+            out[pid] = (name, times.user + times.system)
     return out
 
 

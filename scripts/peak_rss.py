@@ -3,10 +3,12 @@
     python -m scripts.peak_rss -- python -m scripts.run_federation --agents --run-config ...
 
 Runs the command and, every 0.1 s until it ends, reads each process of its tree (by parent
-PID, with the process groups its members started) from /proc: its peak resident set
-(``VmHWM``) so far. Prints, per kind (the program name, with ``-m module`` for Python), how
-many processes there were and the largest and median peak in MB. A process that lives
-less than the sampling interval can be missed; Flower's ClientApp processes live seconds.
+PID, with the process groups its members started; psutil) and its resident set: the peak is
+the largest sample. Prints, per kind (the program name, with ``-m module`` for Python), how
+many processes there were and the largest and median peak in MB, and the largest sum over
+all processes at one sample (what the machine held at once). A process that lives less than
+the sampling interval can be missed, and so can a peak shorter than it; Flower's ClientApp
+processes live seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from scripts.processes import process_tree
 
 SAMPLE_S = 0.1
@@ -26,10 +30,9 @@ SAMPLE_S = 0.1
 def kind(pid: int) -> str | None:
     """``flwr-clientapp``, ``python -m client.agent``, ...; None if it is gone."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        words = [a for a in psutil.Process(pid).cmdline() if a]
+    except psutil.Error:
         return None
-    words = [a.decode(errors="replace") for a in argv if a]
     if not words:
         return None
     name = Path(words[0]).name
@@ -40,14 +43,37 @@ def kind(pid: int) -> str | None:
     return name
 
 
-def peak_kb(pid: int) -> int | None:
+def rss_kb(pid: int) -> int | None:
+    """Resident set now, in KiB; None if it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
+        return int(psutil.Process(pid).memory_info().rss) // 1024
+    except psutil.Error:
         return None
-    return None
+
+
+class PeakRss:
+    """Peaks of resident memory seen by sampling process trees: per process, and of the sum
+    over all processes at one sample."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (kind, peak KiB)
+        self.total_kb = 0
+
+    def sample(self, roots: list[int]) -> None:
+        pids = {pid for root in roots for pid in process_tree(root)}
+        total = 0
+        for pid in pids:
+            name, kb = kind(pid), rss_kb(pid)
+            if name is not None and kb is not None:
+                self.peaks[pid] = (name, max(kb, self.peaks.get(pid, (name, 0))[1]))
+                total += kb
+        self.total_kb = max(self.total_kb, total)
+
+    def by_kind(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for name, kb in self.peaks.values():
+            out.setdefault(name, []).append(kb)
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,24 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
-    peaks: dict[int, tuple[str, int]] = {}
+    peaks = PeakRss()
     proc = subprocess.Popen(command)
     while proc.poll() is None:
-        for pid in process_tree(proc.pid):
-            name, kb = kind(pid), peak_kb(pid)
-            if name is not None and kb is not None:
-                peaks[pid] = (name, max(kb, peaks.get(pid, (name, 0))[1]))
+        peaks.sample([proc.pid])
         time.sleep(SAMPLE_S)
-    by_kind: dict[str, list[int]] = {}
-    for name, kb in peaks.values():
-        by_kind.setdefault(name, []).append(kb)
     print("| process | count | peak RSS max (MB) | peak RSS median (MB) |")
     print("|---|---|---|---|")
-    for name, values in sorted(by_kind.items(), key=lambda item: -max(item[1])):
+    for name, values in sorted(peaks.by_kind().items(), key=lambda item: -max(item[1])):
         print(
             f"| {name} | {len(values)} | {max(values) / 1024:.0f} "
             f"| {statistics.median(values) / 1024:.0f} |"
         )
+    print(f"all processes at once, largest sample: {peaks.total_kb / 1024:.0f} MB")
     return proc.returncode
 
 

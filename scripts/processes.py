@@ -2,8 +2,8 @@
 
 Flower's SuperLink starts ``flower-superexec`` in a session of its own, which starts
 ``flwr-simulation`` and Ray: a process-group kill misses them. So we snapshot the tree
-(by parent PID, read from /proc) while it is intact, ask everyone to stop, then kill what
-is left (including children re-parented to init) and wait until none is alive.
+(by parent PID, with psutil: Linux and macOS alike) while it is intact, ask everyone to stop,
+then kill what is left (including children re-parented to init) and wait until none is alive.
 """
 
 from __future__ import annotations
@@ -13,50 +13,42 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or None if the
-    process is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, process group) of ``pid``, or None if it is gone."""
-    fields = stat_fields(pid)
-    return None if fields is None else (fields[0], int(fields[1]), int(fields[2]))
+import psutil
 
 
 def _alive(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def process_tree(root: int) -> set[int]:
     """``root`` and all its live descendants, plus live members of their process groups."""
-    stats = {pid: s for pid in _all_pids() if (s := _stat(pid)) is not None and s[0] != "Z"}
+    parents: dict[int, int] = {}
+    for proc in psutil.process_iter(["ppid", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.info["ppid"] is not None:
+            parents[proc.pid] = proc.info["ppid"]
     children: dict[int, list[int]] = {}
-    for pid, (_, ppid, _) in stats.items():
+    for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
     tree, todo = set(), [root]
     while todo:
         pid = todo.pop()
-        if pid in tree or pid not in stats:
+        if pid in tree or pid not in parents:
             continue
         tree.add(pid)
         todo.extend(children.get(pid, []))
-    groups = {stats[pid][2] for pid in tree}
-    tree |= {
-        pid for pid, (_, _, group) in stats.items() if group in groups and group != os.getpgrp()
-    }
+    groups = {g for pid in tree if (g := _group(pid)) is not None} - {os.getpgrp()}
+    tree |= {pid for pid in parents if _group(pid) in groups}
     return tree
 
 

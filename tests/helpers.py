@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
+import psutil
 from flwr.app import Error, Message, Metadata, RecordDict
 
 from timing.clock import VirtualClock
@@ -62,17 +62,16 @@ class FakeGrid:
 
 def processes_with_env(name: str, value_prefix: str) -> list[int]:
     """PIDs of live processes whose environment has ``name`` starting with ``value_prefix``."""
-    needle = f"{name}={value_prefix}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
+            value = proc.environ().get(name)
+        except psutil.Error:
             continue
-        if any(item.startswith(needle) for item in environ.split(b"\0")):
-            found.append(int(entry.name))
+        if value is not None and value.startswith(value_prefix):
+            found.append(proc.pid)
     return found
 
 
