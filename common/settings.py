@@ -213,6 +213,14 @@ class Settings:
         "10 ms, not Flower's 1 s (pair with edgeflex-supernode on the nodes)"
     )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
+    checkpoint_every: int = _spec(
+        minimum=0,
+        doc="write a checkpoint (results-dir/checkpoint.pkl) every this many rounds and after "
+        "the last (0: never)",
+    )
+    resume_from: str = _spec(
+        doc='continue the run whose checkpoint is in this directory (or file); "": start anew'
+    )
     stream_rates: str = _spec(
         doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'
     )

@@ -21,15 +21,15 @@ def _wire_copy(content: RecordDict) -> RecordDict:
 
 
 class InProcessGrid:
-    """Nodes ``100 + partition id``, each with its own persistent ``Context``."""
+    """Nodes ``first_node_id + partition id``, each with its own persistent ``Context``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, first_node_id: int = 100) -> None:
         self.settings = settings
         run_config = settings.to_run_config()
         self.contexts = {
-            100 + i: Context(
+            first_node_id + i: Context(
                 run_id=1,
-                node_id=100 + i,
+                node_id=first_node_id + i,
                 node_config={"partition-id": i, "num-partitions": settings.num_clients},
                 state=RecordDict(),
                 run_config=dict(run_config),

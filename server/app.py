@@ -27,6 +27,7 @@ from server.build import (
     relay,
     train_config_record,
 )
+from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
@@ -158,6 +159,37 @@ def main(grid: Grid, context: Context) -> None:
         profiles, schedule, flops_per_sample=workload.train_flops_per_sample, server=server_link
     )
     strategy = build_strategy(settings, clock, layout, buffer_positions(model))
+    first_round = 1
+    if settings.resume_from:
+        checkpoint = read_checkpoint(Path(settings.resume_from), settings.to_run_config())
+        strategy = checkpoint.strategy
+        strategy.forget_clients()  # their context.state did not survive (server/checkpoint.py)
+        initial = layout.unflatten(checkpoint.model)
+        recorder.resume(checkpoint.rows, checkpoint.initial_accuracy, checkpoint.initial_loss)
+        first_round = checkpoint.server_round + 1
+        log(
+            INFO,
+            "edgeflex: resuming after round %d from %s",
+            checkpoint.server_round,
+            settings.resume_from,
+        )
+
+    def save(server_round: int, arrays: ArrayRecord, last: bool) -> None:
+        every = settings.checkpoint_every
+        if every and (last or server_round % every == 0):
+            initial_accuracy, initial_loss = recorder.initial
+            write_checkpoint(
+                results_dir,
+                Checkpoint(
+                    server_round=server_round,
+                    config=settings.to_run_config(),
+                    model=layout.flatten(arrays),
+                    strategy=strategy,
+                    rows=recorder.rows,
+                    initial_accuracy=initial_accuracy,
+                    initial_loss=initial_loss,
+                ),
+            )
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         result = evaluate(model, layout.flatten(arrays), test)
@@ -182,6 +214,8 @@ def main(grid: Grid, context: Context) -> None:
         ),
         evaluate_fn=evaluate_global,
         virtual_time_budget_s=settings.virtual_time_budget_s,
+        first_round=first_round,
+        after_round=save,
     )
     summary = recorder.finish()
     log(

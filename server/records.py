@@ -16,7 +16,15 @@ WALL_CLOCK_FIELDS = (
     "wall_time_s",
     "compress_s",
     "aggregate_s",
-)  # the only fields that differ between runs with one seed
+)  # the only fields that differ between runs with one seed (and ratio_solve's solve_s)
+
+
+def without_wall_clock(row: dict[str, Any]) -> dict[str, Any]:
+    """A round's record without what the wall clock decides: equal for runs with one seed."""
+    out = {k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS}
+    if out.get("ratio_solve"):
+        out["ratio_solve"] = {k: v for k, v in out["ratio_solve"].items() if k != "solve_s"}
+    return out
 
 
 def default_results_dir(strategy: str, now: float | None = None) -> Path:
@@ -47,6 +55,23 @@ class RunRecorder:
         self._initial_accuracy = math.nan
         self._initial_loss = math.nan
         self._start = time.perf_counter()
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self._rounds)
+
+    @property
+    def initial(self) -> tuple[float, float]:
+        return self._initial_accuracy, self._initial_loss
+
+    def resume(
+        self, rows: list[dict[str, Any]], initial_accuracy: float, initial_loss: float
+    ) -> None:
+        """Continue a stopped run: its records so far become this run's first lines."""
+        self._rounds = list(rows)
+        self._initial_accuracy, self._initial_loss = initial_accuracy, initial_loss
+        with self.rounds_path.open("w") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in rows)
 
     def record_initial(self, accuracy: float, loss: float) -> None:
         self._initial_accuracy, self._initial_loss = accuracy, loss

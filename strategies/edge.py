@@ -146,10 +146,14 @@ class EdgeStrategy(FedAvg):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         *,
         virtual_time_budget_s: float = 0.0,
+        first_round: int = 1,
+        after_round: Callable[[int, ArrayRecord, bool], None] | None = None,
     ) -> Result:
-        """Train for ``num_rounds`` rounds, or fewer: with ``virtual_time_budget_s`` > 0 the
-        last round is the first to end at or past that virtual time. Evaluation is centralized
-        (``evaluate_fn`` before the first round and after each); ``evaluate_config`` is unused."""
+        """Train rounds ``first_round`` to ``num_rounds``, or fewer: with
+        ``virtual_time_budget_s`` > 0 the last round is the first to end at or past that
+        virtual time. Evaluation is centralized (``evaluate_fn`` before the first round, unless
+        resuming, and after each); ``evaluate_config`` is unused. ``after_round`` sees each
+        round's model once it is evaluated, and whether it is the last (checkpoints)."""
         train_config = ConfigRecord() if train_config is None else train_config
         result = Result(arrays=initial_arrays)
 
@@ -158,9 +162,10 @@ class EdgeStrategy(FedAvg):
             if metrics is not None:
                 result.evaluate_metrics_serverapp[server_round] = metrics
 
-        evaluate(0, initial_arrays)
+        if first_round == 1:
+            evaluate(0, initial_arrays)
         arrays = initial_arrays
-        for server_round in range(1, num_rounds + 1):
+        for server_round in range(first_round, num_rounds + 1):
             replies = grid.send_and_receive(
                 self.configure_train(server_round, arrays, train_config, grid), timeout=timeout
             )
@@ -171,7 +176,10 @@ class EdgeStrategy(FedAvg):
                 result.train_metrics_clientapp[server_round] = train_metrics
             evaluate(server_round, arrays)
             spent = self.stats[server_round].virtual_time_s
-            if 0 < virtual_time_budget_s <= spent:
+            last = server_round == num_rounds or 0 < virtual_time_budget_s <= spent
+            if after_round is not None:
+                after_round(server_round, arrays, last)
+            if last and server_round < num_rounds:
                 log(
                     INFO,
                     "edgeflex: virtual-time budget of %.1f s spent after round %d (%.1f s)",
@@ -181,6 +189,17 @@ class EdgeStrategy(FedAvg):
                 )
                 break
         return result
+
+    def __getstate__(self) -> dict[str, object]:
+        """What a checkpoint keeps: everything but the round in flight (it holds the grid)."""
+        state = self.__dict__.copy()
+        state["current"] = None
+        return state
+
+    def forget_clients(self) -> None:
+        """After a restart of the federation: no node is known to hold a replica (each is
+        sent the full model next)."""
+        self.replicas.forget_holders()
 
     # --- choose and plan ---------------------------------------------------------------------
 

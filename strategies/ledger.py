@@ -121,6 +121,11 @@ class Ledger:
         self.measured = measured
         self._grid: Grid | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_grid"] = None  # the run's connection, not its state
+        return state
+
     def begin(self, server_round: int, grid: Grid) -> None:
         """The round's links; the grid's exchange times from here on are this round's."""
         self._grid = grid

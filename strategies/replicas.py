@@ -44,6 +44,10 @@ class Replicas:
         """Nodes per payload kind, for the record."""
         return dict(sorted(Counter(p.kind for p in payloads.values()).items()))
 
+    def forget_holders(self) -> None:
+        """No node's replica is known any more (the clients' state was lost)."""
+        self._holds.clear()
+
     def advance(self, sent_to: Iterable[int], applied: Sparse | None, held: Iterable[int]) -> None:
         """After a round: ``applied`` (if any) is the new version's delta; the nodes in
         ``held`` trained on the version they were sent; every other node is unknown."""

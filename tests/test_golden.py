@@ -23,7 +23,7 @@ import pytest
 
 from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
-from server.records import WALL_CLOCK_FIELDS, read_rounds
+from server.records import read_rounds, without_wall_clock
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Settings added since the records were made, at their defaults. These keep every old record
@@ -95,13 +95,7 @@ CASES = {
 
 
 def _strip_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for row in rows:
-        row = {k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS}
-        if row.get("ratio_solve"):
-            row["ratio_solve"] = {k: v for k, v in row["ratio_solve"].items() if k != "solve_s"}
-        out.append(row)
-    return out
+    return [without_wall_clock(row) for row in rows]
 
 
 def _strip_summary(summary: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 
 from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
-from server.records import WALL_CLOCK_FIELDS, read_rounds
+from server.records import read_rounds, without_wall_clock
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -17,10 +17,7 @@ RUN = "num-clients=3 num-server-rounds=6 seed=5 strategy=topk compression-ratio=
 def _rounds(text: str, results_dir: Path) -> list[dict[str, object]]:
     overrides = parse_overrides(text) | {"results-dir": str(results_dir)}
     run_server_app(InProcessGrid(resolve_settings(overrides)))
-    return [
-        {k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS}
-        for row in read_rounds(results_dir)
-    ]
+    return [without_wall_clock(row) for row in read_rounds(results_dir)]
 
 
 def test_a_budget_ends_the_run_at_the_first_round_past_it(tmp_path: Path) -> None:
