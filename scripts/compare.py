@@ -101,6 +101,13 @@ def _start(job: Job) -> subprocess.Popen[bytes]:
         )
 
 
+def _rounds_done(job: Job) -> str:
+    """``round N/M`` of a running job, from its records so far."""
+    path = job.results_dir / "rounds.jsonl"
+    done = sum(1 for _ in path.open("rb")) if path.exists() else 0
+    return f"round {done}/{job.expected['num-server-rounds']}"
+
+
 def _stop(running: dict[Job, subprocess.Popen[bytes]]) -> None:
     """SIGTERM each run (its handler stops its SuperLink and everything under it), wait."""
     for proc in running.values():
@@ -143,7 +150,7 @@ def run_all(jobs: Sequence[Job], parallel: int, *, quiet: bool = False) -> list[
                             f"[red]failed[/red] {job.run} seed {job.seed} "
                             f"(exit {proc.returncode}); see {job.results_dir / 'run.log'}"
                         )
-                names = ", ".join(f"{j.run}/{j.seed}" for j in running)
+                names = ", ".join(f"{j.run}/{j.seed} {_rounds_done(j)}" for j in running)
                 progress.update(task, description=f"runs ({names})" if names else "runs")
                 time.sleep(0.5)
         except KeyboardInterrupt:

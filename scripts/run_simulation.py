@@ -9,8 +9,10 @@ What it does, in order:
 2. starts its own ``flower-superlink --simulation`` on a free loopback port, with a
    project-local FLWR_HOME and runtime dependency installation disabled;
 3. runs ``flwr run . <connection> --stream`` with ``num-supernodes = num-clients``;
-4. stops that SuperLink by its PID (its whole process group) when the run ends, fails or is
-   interrupted, and reports where the records are.
+4. shows one progress bar (round, accuracy, virtual time, MB, ETA) and error lines, and
+   writes everything Flower prints to ``results-dir/flower.log`` (``--verbose``: shows it);
+5. stops that SuperLink by its PID (its whole process group) when the run ends, fails or is
+   interrupted, and reports the result and where the records are.
 Exit code 0 only when the run wrote its ``summary.json``.
 """
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import json
 import os
 import re
 import shutil
@@ -41,11 +45,13 @@ from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_con
 from common.workload import Workload, check_workload
 from scripts.app_bundle import stage_app
 from scripts.processes import stop_tree
+from scripts.progress import RunOutput
 from server.records import default_results_dir
 from timing.devices import load_catalog
 from timing.network import load_schedule
 
 CONNECTION = "edgeflex-local"
+FLOWER_LOG = "flower.log"  # what `flwr run --stream` printed: Flower's and the ServerApp's lines
 FLWR_DIR = PROJECT_ROOT / ".flwr"
 _PAIR = re.compile(r"""(\S+?)=('[^']*'|"[^"]*"|\S+)""")
 
@@ -261,8 +267,12 @@ def federation_config(settings: Settings) -> str:
     )
 
 
-def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Path]:
-    """Run one simulation; return (exit code, results dir)."""
+def run(
+    overrides: Mapping[str, Any], *, stream_to: Any = None, verbose: bool = False
+) -> tuple[int, Path]:
+    """Run one simulation; return (exit code, results dir). Flower's output goes to
+    ``results-dir/flower.log`` and the terminal shows a progress bar and error lines (all of
+    it with ``verbose``); ``stream_to``: a file for all of it instead, no bar."""
     settings = resolve_settings(overrides)
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
     results_dir = Path(settings.results_dir)
@@ -285,19 +295,55 @@ def run(overrides: Mapping[str, Any], *, stream_to: Any = None) -> tuple[int, Pa
                 "--federation-config",
                 federation_config(settings),
             ]
-            code = subprocess.call(
-                cmd,
-                env=flower_env(flwr_home),
-                cwd=PROJECT_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=stream_to,
-                stderr=subprocess.STDOUT if stream_to is not None else None,
-            )
+            if stream_to is not None:
+                code = subprocess.call(
+                    cmd,
+                    env=flower_env(flwr_home),
+                    cwd=PROJECT_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stream_to,
+                    stderr=subprocess.STDOUT,
+                )
+            else:
+                code = _run_with_progress(
+                    cmd, flwr_home, results_dir / FLOWER_LOG, settings.num_server_rounds, verbose
+                )
     finally:
         shutil.rmtree(flwr_home, ignore_errors=True)
     if code == 0 and not (results_dir / "summary.json").exists():
         code = 1
     return code, results_dir
+
+
+def _run_with_progress(
+    cmd: list[str], flwr_home: Path, log_path: Path, num_rounds: int, verbose: bool
+) -> int:
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=flower_env(flwr_home),
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert proc.stdout is not None
+        try:
+            with RunOutput(log, num_rounds, verbose=verbose) as output:
+                for line in proc.stdout:
+                    output.feed(line)
+            return proc.wait()
+        finally:
+            if proc.poll() is None:  # interrupted: the SuperLink's stop ends it too
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    if not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _raise_on_sigterm(signum: int, frame: Any) -> None:
@@ -327,11 +373,20 @@ def launch(
         print(f"edgeflex: interrupted; {stopped} stopped", file=sys.stderr)
         return 130
     if code == 0:
+        summary = json.loads((results_dir / "summary.json").read_text())
+        print(
+            f"edgeflex: {summary['rounds']} rounds, final accuracy "
+            f"{summary['final_accuracy']:.4f} (best {summary['best_accuracy']:.4f}), virtual "
+            f"time {summary['virtual_time_s']:.1f} s, "
+            f"{(summary['bytes_up'] + summary['bytes_down']) / 1e6:.1f} MB"
+        )
         print(f"edgeflex: records in {results_dir} (rounds.jsonl, summary.json, accuracy.png)")
     else:
+        tail = _tail(results_dir / FLOWER_LOG)
+        if tail:
+            print(f"edgeflex: the end of {results_dir / FLOWER_LOG}:\n{tail}", file=sys.stderr)
         print(
-            f"edgeflex: the run failed (exit {code}); see the log above and "
-            + logs.format(results_dir=results_dir),
+            f"edgeflex: the run failed (exit {code}); see " + logs.format(results_dir=results_dir),
             file=sys.stderr,
         )
     return code
@@ -340,12 +395,15 @@ def launch(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run-config", default="", help="'key=value ...' or a TOML file")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Flower's lines, not a progress bar"
+    )
     args = parser.parse_args(argv)
     return launch(
-        run,
+        functools.partial(run, verbose=args.verbose),
         args.run_config,
         stopped="the SuperLink was",
-        logs="{results_dir}/superlink.log",
+        logs=f"{{results_dir}}/{FLOWER_LOG} and {{results_dir}}/superlink.log",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -128,6 +129,28 @@ class RunRecorder:
 def read_rounds(results_dir: Path) -> list[dict[str, Any]]:
     with (results_dir / "rounds.jsonl").open() as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+_PROGRESS = re.compile(
+    r"edgeflex: round\s+(?P<round>\d+)/(?P<rounds>\d+)\s+acc (?P<accuracy>\S+)\s+"
+    r"loss (?P<loss>\S+)\s+vtime\s+(?P<vtime>\S+) s\s+up\s+(?P<up>\S+) MB\s+"
+    r"down\s+(?P<down>\S+) MB"
+)
+
+
+def parse_progress_line(line: str) -> dict[str, Any] | None:
+    """The figures of a logged ``edgeflex: {progress_line}``, or None for any other line."""
+    match = _PROGRESS.search(line)
+    if match is None:
+        return None
+    return {
+        "round": int(match["round"]),
+        "rounds": int(match["rounds"]),
+        "accuracy": float(match["accuracy"]),
+        "loss": float(match["loss"]),
+        "virtual_time_s": float(match["vtime"]),
+        "megabytes": float(match["up"]) + float(match["down"]),  # this round's, both ways
+    }
 
 
 def progress_line(row: dict[str, Any], num_rounds: int) -> str:
