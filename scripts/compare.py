@@ -56,17 +56,19 @@ class Job:
     def done(self) -> bool:
         """Finished with the configuration the comparison file asks for now (records of an
         edited entry are not reused). A setting added after the records were written counts
-        as matching where this run asks for its default: a new setting's default keeps the
-        behaviour it had before."""
+        as matching where this run asks for its default, and one added after the plan was made
+        where the records hold its default: a new setting's default keeps the behaviour it
+        had before."""
         if not self.recorded:
             return False
         config = json.loads((self.results_dir / "summary.json").read_text())["config"]
         config.pop("results-dir", None)
         defaults = default_run_config()
-        for key, value in self.expected.items():
-            if key not in config and key in defaults and value == defaults[key]:
-                config[key] = value
-        return bool(config == self.expected)
+        expected = dict(self.expected)
+        for key, value in defaults.items():
+            config.setdefault(key, value)  # written before the setting existed
+            expected.setdefault(key, value)  # planned before it existed (code changed since)
+        return bool(config == expected)
 
 
 def plan(comparison: compare_spec.Comparison, out: Path) -> list[Job]:

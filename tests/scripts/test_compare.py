@@ -103,3 +103,10 @@ def test_records_from_before_a_setting_existed_count_when_its_default_is_asked(
     assert job.done  # the records were written before the setting: it ran at its default
     job.expected["virtual-time-budget-s"] = 30.0
     assert not job.done  # this run asks for something the records did not do
+    # A setting added after the plan was made (while the comparison ran), at its default.
+    job.expected.pop("virtual-time-budget-s")
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": old | {"x-new": 0}}))
+    assert not job.done  # not a setting: another configuration
+    newer = old | {"virtual-time-budget-s": 0.0}
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": newer}))
+    assert job.done
