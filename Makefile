@@ -28,6 +28,8 @@ $(STAMP): pyproject.toml
 		echo "mosquitto is not installed and this is not root with apt-get: the MQTT tests" \
 			"will skip (install it: sudo apt-get install mosquitto)"; \
 	fi
+	# `flwr run .` as Flower users type it: FLWR_HOME in the repo, runtime installs off.
+	$(BIN)/python -m scripts.flwr_home setup
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -72,7 +72,18 @@ def stop_trees(
     wait is the slowest one's, not the sum."""
     # A process already reaped (a crash we caused) is skipped: its PID may be another's now.
     procs = [proc for proc in procs if proc.poll() is None]
-    known = {p for proc in procs for p in process_tree(proc.pid)}
+    try:
+        stop_pids([proc.pid for proc in procs], grace_s, kill_wait_s)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+
+
+def stop_pids(roots: list[int], grace_s: float = 10.0, kill_wait_s: float = 30.0) -> None:
+    """SIGTERM the trees of ``roots`` (PIDs known to be ours and alive), then SIGKILL
+    survivors; raise if any remain."""
+    known = {p for root in roots for p in process_tree(root)}
     _signal(known, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
@@ -84,12 +95,9 @@ def stop_trees(
     while (alive := {p for p in known if _alive(p)}) and time.monotonic() < deadline:
         _signal(alive, signal.SIGKILL)
         time.sleep(0.1)
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
     left = sorted(p for p in known if _alive(p))
     if left:
-        started = ", ".join(str(proc.pid) for proc in procs)
+        started = ", ".join(str(pid) for pid in roots)
         raise RuntimeError(f"processes {left} started by PID {started} did not stop")
 
 
