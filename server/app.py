@@ -66,7 +66,7 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
                 f"only {connected} of num-clients = {expected} nodes connected "
                 f"within {timeout_s:.0f} s"
             )
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def resolve_results_dir(settings: Settings) -> Path:

@@ -80,3 +80,14 @@ def test_timeout_returns_the_replies_that_came() -> None:
 def test_poll_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="poll interval"):
         TimedGrid(ScriptedGrid([], FakeClock()), poll_s=0)  # type: ignore[arg-type]
+
+
+def test_waits_start_short_and_double_up_to_the_poll_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr("timing.timed_grid.time.sleep", waits.append)
+    inner = ScriptedGrid([9], FakeClock())
+    grid = TimedGrid(inner, poll_s=0.1, clock=inner.clock)  # type: ignore[arg-type]
+    assert len(list(grid.send_and_receive(_messages(1), timeout=60))) == 1
+    assert waits == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1, 0.1])
