@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from common.data import client_partition, data_spec, server_test_split
@@ -18,7 +18,7 @@ def settings(run_config: dict[str, Any]) -> Settings:
     return Settings.from_run_config(config)
 
 
-@lru_cache(maxsize=None)
+@cache
 def partition(partition_id: int, run_config_items: tuple[tuple[str, Any], ...]):  # type: ignore[no-untyped-def]
     """Loaded once per simulation worker, as Flower's examples cache their data set."""
     return client_partition(settings(dict(run_config_items)), partition_id)
