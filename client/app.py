@@ -28,9 +28,16 @@ from common.settings import Settings
 from compress import COMPRESSORS
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound
-from wire.keys import METRICS_KEY, TRAIN_S
+from wire.keys import IDENTIFY_ACTION, METRICS_KEY, TRAIN_S
 from wire.layout import Layout
-from wire.messages import PhaseReply, PhaseRequest, TrainInstruction, TrainReply, samples_of
+from wire.messages import (
+    PhaseReply,
+    PhaseRequest,
+    TrainInstruction,
+    TrainReply,
+    identity_content,
+    samples_of,
+)
 
 if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
     from client.live_stream import LiveStream
@@ -120,11 +127,18 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
     return handle
 
 
+def identify(msg: Message, context: Context) -> Message:
+    """clients-per-round: tell the server which partition this node holds."""
+    settings = Settings.from_run_config(context.run_config, tables=False)
+    return Message(content=identity_content(node_identity(context, settings)), reply_to=msg)
+
+
 def make_app(live: LiveStream | None = None) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
     reads instead of replaying the partition."""
     client_app = ClientApp(mods=[timing_stamps])
     client_app.train()(lambda msg, context: train(msg, context, live))
+    client_app.query(IDENTIFY_ACTION)(identify)
     for collective in COLLECTIVES.values():
         for phase, (name, handler) in enumerate(collective.client_actions.items(), start=1):
             client_app.train(name)(_action(handler, phase))

@@ -203,6 +203,11 @@ class Settings:
         doc="fewest connected clients a round starts with (0: all num-clients); a round "
         "aggregates the replies that came",
     )
+    clients_per_round: int = _spec(
+        minimum=0,
+        doc="partitions sampled to train each round, seeded (0: every connected client); "
+        "the others keep their error-feedback residuals",
+    )
     timing: str = _spec(
         choices=TIMINGS,
         doc="modelled: the virtual clock from device and network models; measured: from the "
@@ -335,6 +340,11 @@ class Settings:
             raise ConfigError(
                 "adaptive-delta needs strategy = 'topk' with cr-schedule = 'fixed' "
                 f"(got strategy = {self.strategy!r}, cr-schedule = {self.cr_schedule!r})"
+            )
+        if self.clients_per_round > self.num_clients:
+            raise ConfigError(
+                f"clients-per-round ({self.clients_per_round}) exceeds num-clients "
+                f"({self.num_clients})"
             )
         if self.min_clients > self.num_clients:
             raise ConfigError(

@@ -40,6 +40,7 @@ from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.round_times import RoundTimes
 from strategies.policies.weights import WEIGHTS
+from strategies.sampling import ClientSampler
 from timing.clock import ServerLink, VirtualClock
 from timing.devices import load_catalog
 from timing.network import load_schedule
@@ -116,6 +117,11 @@ def build_strategy(
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),
         bounds=bounds(settings),
         relay=relay(settings),
+        sampler=(
+            ClientSampler(settings.clients_per_round, settings.seed)
+            if settings.clients_per_round
+            else None
+        ),
         min_clients=settings.min_clients,
         round_timeout_s=settings.round_timeout_s,
     )

@@ -20,6 +20,9 @@ WALL_CLOCK_FIELDS = (
 )  # the only fields that differ between runs with one seed (and ratio_solve's solve_s)
 
 
+OMITTED_WHEN_NONE = ("sampling",)
+
+
 def without_wall_clock(row: dict[str, Any]) -> dict[str, Any]:
     """A round's record without what the wall clock decides: equal for runs with one seed."""
     out = {k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS}
@@ -94,6 +97,9 @@ class RunRecorder:
         extra = asdict(stats)
         for key in row:
             extra.pop(key, None)
+        for key in OMITTED_WHEN_NONE:  # newer fields: absent, as before they existed
+            if extra.get(key) is None:
+                extra.pop(key, None)
         extra["train_loss"] = _finite_or_none(extra["train_loss"])
         row.update(extra)
         with self.rounds_path.open("a") as fh:

@@ -45,10 +45,12 @@ from strategies.policies.ratio import RatioPolicy
 from strategies.policies.round_times import TRAIN_PHASE, RoundTimes
 from strategies.relay import Relay
 from strategies.replicas import Replicas
+from strategies.sampling import ClientSampler
 from wire.codec import Sparse, topk_count
 from wire.keys import (
     BATCH_SIZE,
     CONFIG_KEY,
+    IDENTIFY,
     INJECT_KEY,
     LEARNING_RATE,
     LOCAL_STEPS,
@@ -58,7 +60,7 @@ from wire.keys import (
     TRAIN_LOSS,
 )
 from wire.layout import Layout
-from wire.messages import RoundConfig, Samples, TrainInstruction, TrainReply
+from wire.messages import RoundConfig, Samples, TrainInstruction, TrainReply, parse_identity
 from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
 
@@ -89,6 +91,7 @@ class RoundState:
     bytes_down: dict[int, int]  # node -> bytes of its training instruction
     plan: RoundPlan
     model_payloads: dict[str, int] | None  # compressed: nodes per replica payload kind
+    sampling: dict[str, object] | None = None  # clients-per-round: partitions, identify query
 
 
 class EdgeStrategy(FedAvg):
@@ -106,6 +109,7 @@ class EdgeStrategy(FedAvg):
         ledger: Ledger,
         bounds: Bounds,
         relay: Relay | None = None,
+        sampler: ClientSampler | None = None,
         min_clients: int = 0,
         round_timeout_s: float = 600.0,
     ) -> None:
@@ -127,6 +131,7 @@ class EdgeStrategy(FedAvg):
         self.ledger = ledger
         self.bounds = bounds
         self.relay = relay
+        self.sampler = sampler
         self.replicas = Replicas()
         self.round_timeout_s = round_timeout_s
         self.identities = Identities()  # which node speaks for which partition
@@ -213,7 +218,7 @@ class EdgeStrategy(FedAvg):
         )
         collective = self.collectives[name]
         model = self.layout.flatten(arrays)
-        nodes = self._nodes(grid)
+        nodes, sampling = self._nodes(grid, server_round)
         base = float(config[LEARNING_RATE])  # type: ignore[arg-type]
         lr = self.policies.learning_rates.for_round(base)
         round_config = RoundConfig(
@@ -259,13 +264,45 @@ class EdgeStrategy(FedAvg):
                 log=RoundLog(),
             ),
             model_payloads=payload_counts,
+            sampling=sampling,
         )
         return messages
 
-    def _nodes(self, grid: Grid) -> list[int]:
-        """Every connected node, once at least ``min_available_nodes`` are (one listing)."""
+    def _nodes(self, grid: Grid, server_round: int) -> tuple[list[int], dict[str, object] | None]:
+        """The round's nodes, once at least ``min_available_nodes`` are connected (one
+        listing): every one, or with a sampler those of its partitions (nodes not yet
+        identified are asked their partition first); and what the record says of it."""
         _, connected = sample_nodes(grid, self.min_available_nodes, self.min_available_nodes)
-        return sorted(connected)
+        if self.sampler is None:
+            return sorted(connected), None
+        unknown = sorted(n for n in connected if n not in self.identities.partition_of)
+        identified = self._identify(grid, unknown, connected) if unknown else 0
+        owners = {p: n for n, p in self.identities.partition_of.items() if n in set(connected)}
+        partitions, nodes = self.sampler.nodes(server_round, owners)
+        return nodes, {"partitions": partitions, "identified": identified}
+
+    def _identify(self, grid: Grid, nodes: list[int], connected: list[int]) -> int:
+        """Ask ``nodes`` their partition (an ``identify`` query); bind those that answer
+        acceptably; return how many did. The rest are left out of sampling, with a warning."""
+        messages = [
+            Message(content=RecordDict(), message_type=IDENTIFY, dst_node_id=node) for node in nodes
+        ]
+        replies = list(grid.send_and_receive(messages, timeout=self.round_timeout_s))
+        claims = self.identities.claims(replies)
+        bound = 0
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            try:
+                if reply.has_error():
+                    raise ValueError(f"error reply: {reply.error.reason}")
+                partition = parse_identity(reply.content, self.num_clients)
+                self.identities.check(node, partition, claims, connected)
+            except ValueError as exc:
+                log(WARNING, "node %d not sampled: its identify reply is refused: %s", node, exc)
+                continue
+            self.identities.bind(node, partition)
+            bound += 1
+        return bound
 
     def _sharers(self, server_round: int) -> tuple[int, ...] | None:
         if self.relay is None:
@@ -475,6 +512,7 @@ class EdgeStrategy(FedAvg):
             learning_rate=state.learning_rate,
             injection=None if self.relay is None else self.relay.stats,
             model_payloads=state.model_payloads,
+            sampling=state.sampling,
             predicted_allgather_s=chooser.predicted[0],
             predicted_allreduce_s=chooser.predicted[1],
             estimated_links=(

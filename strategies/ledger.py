@@ -52,6 +52,7 @@ class RoundStats:
     time_source: str = "modelled"  # of round_time_s, virtual_time_s, comm_time_s and phases
     failed: list[str] = field(default_factory=list)  # nodes sent to that gave no usable reply
     model_payloads: dict[str, int] | None = None  # compressed: nodes sent full, delta, none
+    sampling: dict[str, Any] | None = None  # clients-per-round: partitions, identify replies
 
 
 def measured_parts(phase: PhaseTiming, measured: bool) -> dict[str, float]:

@@ -30,6 +30,9 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 # but one: robust = clip-screen (issue 14) clips one update of dense-cnn-dirichlet's round 4,
 # whose loss was re-recorded then.
 NEW_SETTINGS = {
+    "checkpoint-every": 0,
+    "clients-per-round": 0,
+    "resume-from": "",
     "compressor": "topk",
     "cr-progress-exponent": 0.5,
     "cr-ratio-ramp": 0.0,

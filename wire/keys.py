@@ -90,6 +90,8 @@ INDICES_ACTION = "indices"  # Allreduce index phase: "train.indices"
 VALUES_ACTION = "values"  # Allreduce value phase: "train.values"
 TRAIN_INDICES = f"{TRAIN}.{INDICES_ACTION}"
 TRAIN_VALUES = f"{TRAIN}.{VALUES_ACTION}"
+IDENTIFY_ACTION = "identify"  # clients-per-round: a node's partition id, asked before sampling
+IDENTIFY = f"query.{IDENTIFY_ACTION}"
 
 # --- node config keys (flower-supernode --node-config) ---------------------------------------
 NODE_PARTITION_ID = "partition-id"

@@ -606,3 +606,20 @@ def required_sparse(record: ArrayRecord | None) -> ArrayRecord:
     if record is None:
         raise PayloadError(f"ArrayRecord {SPARSE_KEY!r} is missing")
     return record
+
+
+def identity_content(partition_id: int) -> RecordDict:
+    """A node's answer to an identify query: its partition id."""
+    return RecordDict({METRICS_KEY: MetricRecord({PARTITION_ID: partition_id})})
+
+
+def parse_identity(content: RecordDict, num_clients: int) -> int:
+    """The partition id of an identify reply; ValueError naming what is wrong."""
+    if METRICS_KEY not in content.metric_records:
+        raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
+    partition_id = content.metric_records[METRICS_KEY].get(PARTITION_ID)
+    if isinstance(partition_id, bool) or not isinstance(partition_id, int):
+        raise ValueError(f"{PARTITION_ID} {partition_id!r} is not an integer")
+    if not 0 <= partition_id < num_clients:
+        raise ValueError(f"{PARTITION_ID} {partition_id} is not in 0..{num_clients - 1}")
+    return partition_id
