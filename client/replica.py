@@ -1,7 +1,8 @@
 """The client's replica of the global model, kept with its version in ``context.state``.
 
 The server sends the full model, the last aggregated update (a delta from the previous
-version) or nothing (the replica is current); the replica stays bit-for-bit equal to the
+version), the model's values wherever it changed since an older version (a patch, after rounds
+sat out) or nothing (the replica is current); the replica stays bit-for-bit equal to the
 server's model.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, RecordDict
 
 from compress.base import Vector, load_vector, store_vector
-from wire.keys import DELTA, FULL, MODEL_VERSION
+from wire.keys import FULL, MODEL_VERSION
 from wire.messages import ReplicaPayload
 
 REPLICA_KEY = "replica"
@@ -29,7 +30,7 @@ def bring_up_to_date(state: RecordDict, payload: ReplicaPayload) -> Vector:
             meta = state[REPLICA_META_KEY]
             assert isinstance(meta, ConfigRecord)
             held_version = int(meta[MODEL_VERSION])  # type: ignore[arg-type]
-        expected = payload.version - 1 if payload.kind == DELTA else payload.version
+        expected = payload.base_version
         if held is None or held_version != expected:
             raise ValueError(
                 f"replica is at version {held_version}, the server assumed {expected}: "
@@ -38,6 +39,8 @@ def bring_up_to_date(state: RecordDict, payload: ReplicaPayload) -> Vector:
         model = held
         if payload.delta is not None:
             model[payload.delta.indices] += payload.delta.values
+        if payload.patch is not None:
+            model[payload.patch.indices] = payload.patch.values
     store_vector(state, REPLICA_KEY, model)
     state[REPLICA_META_KEY] = ConfigRecord({MODEL_VERSION: payload.version})
     return model

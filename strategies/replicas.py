@@ -2,8 +2,10 @@
 
 Every client keeps a replica and its version in ``context.state``. A client whose replica is at
 the previous version gets only the last aggregated update (``delta``); one at the current
-version gets no model (``current``); a new or stale client (its reply failed or was refused)
-gets the ``full`` model. Versions count aggregated rounds.
+version gets no model (``current``); one at an older version (it sat rounds out: client
+sampling) gets a ``patch``, the model's values wherever it changed since that version, when
+that is smaller than the model; a new or stale client (its reply failed or was refused) gets
+the ``full`` model. Versions count aggregated rounds.
 """
 
 from __future__ import annotations
@@ -11,9 +13,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from wire.codec import Sparse
-from wire.keys import CURRENT, DELTA, FULL
+import numpy as np
+from numpy.typing import NDArray
+
+from wire.codec import Sparse, index_nbytes
+from wire.keys import CURRENT, DELTA, FULL, PATCH
 from wire.messages import ReplicaPayload, Vector
+
+
+def patch_nbytes(count: int, size: int) -> int:
+    """Bytes of a patch of ``count`` float32 values (indices or bitmask, the smaller)."""
+    return 4 * count + index_nbytes(count, size)
 
 
 class Replicas:
@@ -21,6 +31,8 @@ class Replicas:
         self.version = 0  # aggregated rounds applied to the global model
         self.last_delta: Sparse | None = None  # what took version − 1 to version
         self._holds: dict[int, int] = {}  # node id → version of its replica (when known)
+        # Per coordinate, the version whose update last touched it (patches read it).
+        self._changed_in: NDArray[np.int64] | None = None
 
     def kind_for(self, node_id: int) -> str:
         held = self._holds.get(node_id)
@@ -28,16 +40,40 @@ class Replicas:
             return CURRENT
         if held == self.version - 1 and self.last_delta is not None:
             return DELTA
+        if held is not None and self._changed_in is not None:
+            return PATCH
         return FULL
 
     def payloads(self, node_ids: Iterable[int], model: Vector) -> dict[int, ReplicaPayload]:
-        """One payload per node; nodes of the same kind share one object."""
+        """One payload per node; nodes of the same kind (and patch base) share one object."""
         shared = {
             FULL: ReplicaPayload(FULL, self.version, full=model),
             DELTA: ReplicaPayload(DELTA, self.version, delta=self.last_delta),
             CURRENT: ReplicaPayload(CURRENT, self.version),
         }
-        return {node: shared[self.kind_for(node)] for node in sorted(node_ids)}
+        patches: dict[int, ReplicaPayload] = {}
+        out = {}
+        for node in sorted(node_ids):
+            kind = self.kind_for(node)
+            if kind == PATCH:
+                base = self._holds[node]
+                if base not in patches:
+                    patches[base] = self._patch(base, model) or shared[FULL]
+                out[node] = patches[base]
+            else:
+                out[node] = shared[kind]
+        return out
+
+    def _patch(self, base: int, model: Vector) -> ReplicaPayload | None:
+        """The model's values wherever an update touched it after ``base``; None when the
+        full model is no larger."""
+        assert self._changed_in is not None
+        indices = np.flatnonzero(self._changed_in > base)
+        if patch_nbytes(indices.size, model.size) >= 4 * model.size:
+            return None
+        values = np.ascontiguousarray(model[indices], dtype=np.float32)
+        patch = Sparse(indices=indices, values=values, size=int(model.size))
+        return ReplicaPayload(PATCH, self.version, patch=patch, base=base)
 
     @staticmethod
     def counts(payloads: dict[int, ReplicaPayload]) -> dict[str, int]:
@@ -57,5 +93,9 @@ class Replicas:
         if applied is not None:
             self.last_delta = applied
             self.version += 1
+            if self._changed_in is None:
+                self._changed_in = np.zeros(applied.size, dtype=np.int64)
+            self._changed_in[applied.indices] = self.version
         for node in held:
             self._holds[node] = sent_version
+

@@ -11,6 +11,7 @@ CONFIG_KEY = "config"  # a ConfigRecord of instructions
 METRICS_KEY = "metrics"  # a MetricRecord with every reply
 MODEL_KEY = "model"  # compressed collectives: the full model as one raw vector
 DELTA_KEY = "delta"  # compressed collectives: the last aggregated sparse update
+PATCH_KEY = "patch"  # compressed collectives: the model's values where it changed since a base
 INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
 SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)
 INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
@@ -36,7 +37,7 @@ INJECT_PARTITIONS = "inject-partitions"  # data injection: who shares this round
 INJECT_BETA = "inject-beta"  # data injection: the share of its batch a chosen client sends
 # compressed collectives
 MODEL_VERSION = "model-version"  # the version the replica is at after this instruction
-BASE_VERSION = "base-version"  # a delta's version before it applies
+BASE_VERSION = "base-version"  # the version a delta or patch applies to
 PAYLOAD = "payload"  # which model payload came: see PAYLOADS
 COMPRESSION_RATIO = "compression-ratio"
 COLLECTIVE = "collective"  # the round's collective (its client half answers)
@@ -45,8 +46,8 @@ ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual sh
 HINT_COUNT = "hint-count"  # Allreduce residual-hints: how many residual indices to report
 
 # Model payloads of a compressed collective's instruction
-FULL, DELTA, CURRENT = "full", "delta", "current"
-PAYLOADS = (FULL, DELTA, CURRENT)
+FULL, DELTA, PATCH, CURRENT = "full", "delta", "patch", "current"
+PAYLOADS = (FULL, DELTA, PATCH, CURRENT)
 
 # --- reply metric keys -----------------------------------------------------------------------
 NUM_EXAMPLES = "num-examples"

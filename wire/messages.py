@@ -60,6 +60,8 @@ from wire.keys import (
     MODEL_VERSION,
     NUM_EXAMPLES,
     PARTITION_ID,
+    PATCH,
+    PATCH_KEY,
     PAYLOAD,
     PAYLOADS,
     REPORT_GAIN,
@@ -188,12 +190,26 @@ class CompressionConfig:
 @dataclass(frozen=True)
 class ReplicaPayload:
     """How a client's replica of the global model gets to ``version``: the ``full`` model, the
-    last ``delta`` (from ``version - 1``), or nothing (``current``: it is there already)."""
+    last ``delta`` (from ``version - 1``), a ``patch`` (the model's values wherever it changed
+    since ``base``, for a replica that sat rounds out), or nothing (``current``: it is there
+    already)."""
 
     kind: str
     version: int
     full: Vector | None = None
     delta: Sparse | None = None
+    patch: Sparse | None = None
+    base: int | None = None  # patch: the version it applies to
+
+    @property
+    def base_version(self) -> int:
+        """The version the client's replica must be at for this payload to apply."""
+        if self.kind == DELTA:
+            return self.version - 1
+        if self.kind == PATCH:
+            assert self.base is not None
+            return self.base
+        return self.version
 
     def add_to(self, config: ConfigRecord, content: RecordDict) -> None:
         config[MODEL_VERSION] = self.version
@@ -205,6 +221,10 @@ class ReplicaPayload:
             assert self.delta is not None
             config[BASE_VERSION] = self.version - 1
             content[DELTA_KEY] = self.delta.to_record()
+        elif self.kind == PATCH:
+            assert self.patch is not None
+            config[BASE_VERSION] = self.base_version
+            content[PATCH_KEY] = self.patch.to_record()
 
     @classmethod
     def parse(cls, config: ConfigRecord, content: RecordDict, size: int) -> ReplicaPayload:
@@ -226,6 +246,14 @@ class ReplicaPayload:
             return cls(
                 DELTA, version, delta=Sparse.from_record(content.array_records[DELTA_KEY], size)
             )
+        if kind == PATCH:
+            base = _integer(config, BASE_VERSION)
+            if not 0 <= base < version:
+                raise ValueError(f"{BASE_VERSION} {base} must be in 0..{MODEL_VERSION} - 1")
+            if PATCH_KEY not in content.array_records:
+                raise PayloadError(f"ArrayRecord {PATCH_KEY!r} is missing")
+            patch = Sparse.from_record(content.array_records[PATCH_KEY], size)
+            return cls(PATCH, version, patch=patch, base=base)
         return cls(str(kind), version)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import MetricRecord, RecordDict
 
+from client.replica import REPLICA_KEY
 from compress.base import RESIDUAL_KEY, load_vector
 from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
@@ -82,8 +83,35 @@ def test_unsampled_clients_keep_their_residuals(tmp_path: Path) -> None:
                 assert (residual is None and before is None) or np.array_equal(residual, before)
             else:
                 assert residual is not None and not np.array_equal(residual, before)
-    # A client back after sitting out rounds gets the full model (its replica is stale).
-    assert rows[1]["model_payloads"].get("full", 0) >= 1
+    # A client back after sitting out rounds gets a patch (what changed since its version).
+    assert sum(r["model_payloads"].get("patch", 0) for r in rows) >= 1
+
+
+class ReplicaWatch(InProcessGrid):
+    """Notes the replica of every node after each exchange."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings, first_node_id=100)
+        self.replicas: list[dict[int, np.ndarray | None]] = []
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        replies = super().push_messages(messages)
+        self.replicas.append(
+            {node - 100: load_vector(ctx.state, REPLICA_KEY) for node, ctx in self.contexts.items()}
+        )
+        return replies
+
+
+def test_returning_clients_train_on_exactly_the_global_model(tmp_path: Path) -> None:
+    settings = resolve_settings(parse_overrides(RUN) | {"results-dir": str(tmp_path)})
+    grid = ReplicaWatch(settings)
+    run_server_app(grid)
+    rows = read_rounds(tmp_path)
+    assert sum(r["model_payloads"].get("patch", 0) for r in rows) >= 2
+    for row, replicas in zip(rows, grid.replicas[1:], strict=True):
+        first, *others = (replicas[p] for p in row["sampling"]["partitions"])
+        assert first is not None
+        assert all(np.array_equal(first, other) for other in others)
 
 
 def test_an_identify_reply_is_checked() -> None:
