@@ -63,6 +63,8 @@ def test_simulation_writes_the_records_of_the_in_process_run(tmp_path: Path) -> 
     assert summary["rounds"] == 2 and summary["config"]["num-clients"] == 3
     assert summary["final_accuracy"] == rows[-1]["accuracy"]
     assert (results / "accuracy.png").exists()
+    # The engine's pickup was shortened before it started (common/simulation_pickup.py).
+    assert "simulation pickup every 0.005 s" in (results / "flower.log").read_text()
 
     # Nothing the run started is still running (its FLWR_HOME names this process).
     assert (

@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 DEFAULT_POLL_S = 0.1
+SIMULATION_POLL_S = 0.005  # the grid is in the simulation's own process: a poll is cheap
 FIRST_POLL_S = 0.002  # the first wait; each next one doubles, up to the poll interval
 
 
