@@ -53,6 +53,11 @@ def _frames() -> list[FrameType]:
     return frames
 
 
+def in_simulation_engine() -> bool:
+    """Whether this process runs Flower's simulation engine (``flwr-simulation``)."""
+    return VCE_MODULE in sys.modules
+
+
 def shorten_pickup(pickup_s: float = PICKUP_S) -> bool:
     """Patch the simulation engine in this process, if it is here; True when patched."""
     module = sys.modules.get(VCE_MODULE)
