@@ -17,6 +17,7 @@ from common.flower_polls import shorten_grid_pull
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
 from common.settings import PROJECT_ROOT, Settings
+from common.simulation_pickup import tune_simulation_process
 from common.workload import check_workload
 from compress import COMPRESSORS
 from server.build import (
@@ -49,6 +50,9 @@ from timing.timed_grid import DEFAULT_POLL_S, SIMULATION_POLL_S, TimedGrid
 from wire.layout import Layout
 
 app = ServerApp()
+# Flower's simulation process imports this module before its engine starts: shorten the
+# engine's pickup and keep numpy to one BLAS thread there (common/simulation_pickup.py).
+tune_simulation_process()
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
