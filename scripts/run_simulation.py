@@ -126,6 +126,7 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     return settings
 
 
+@functools.cache  # resolve_settings checks, describe_model reports: one check (FLOP count)
 def check_model(settings: Settings) -> Workload:
     """The model builds for the data and trains one step (its FLOPs counted), or ConfigError."""
     spec = data_spec(settings)
