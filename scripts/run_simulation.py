@@ -128,7 +128,8 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
 
 @functools.cache  # resolve_settings checks, describe_model reports: one check (FLOP count)
 def check_model(settings: Settings) -> Workload:
-    """The model builds for the data and trains one step (its FLOPs counted), or ConfigError."""
+    """The model builds for the data and runs a training pass (its FLOPs counted), or
+    ConfigError."""
     spec = data_spec(settings)
     check_model_fits(settings.model, spec)
     try:
