@@ -21,6 +21,13 @@ def time_to_target(rows: list[dict[str, float]], target: float) -> tuple[int, fl
     return None
 
 
+def label(run_dir: Path) -> str:
+    """A run's name in the table: a comparison's ``<run>/seed-<n>`` directories keep the run."""
+    if run_dir.name.startswith("seed-"):
+        return f"{run_dir.parent.name}/{run_dir.name}"
+    return run_dir.name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", type=float, required=True)
@@ -34,10 +41,10 @@ def main() -> None:
     for d, rows in results.items():
         hit = reached[d]
         if hit is None or fastest is None:
-            print(f"| {d.name} | {rows[-1]['accuracy']:.4f} | not reached | | |")
+            print(f"| {label(d)} | {rows[-1]['accuracy']:.4f} | not reached | | |")
         else:
             print(
-                f"| {d.name} | {rows[-1]['accuracy']:.4f} | {hit[0]} | {hit[1]:.1f} "
+                f"| {label(d)} | {rows[-1]['accuracy']:.4f} | {hit[0]} | {hit[1]:.1f} "
                 f"| {hit[1] / fastest:.2f}x |"
             )
 
