@@ -120,8 +120,8 @@ def solve(
     offspring: int = 10,
     generations: int = 40,
     seed: int = 0,
-    selection: str = "progress",
-    weights: tuple[float, float] = (1.0, 0.5),
+    selection: str,
+    weights: tuple[float, float],
 ) -> Solution:
     """NSGA-II (SBX p = 0.9, η = 15; PM η = 20) per collective, then one point of the front.
 
@@ -138,7 +138,8 @@ def solve(
     ``asf-front`` (the paper's): the same after normalising by the front's own ideal and nadir.
     ``knee``: the point farthest from the line through the front's extremes.
     The last two are scale-free: rescaling an objective (a slower link) leaves the choice where
-    it was, which is why ``asf`` is the default.
+    it was. ``selection`` and ``weights`` have no defaults here: the settings
+    (``cr-selection``, ``cr-weight-time``, ``cr-progress-exponent``) are their one source.
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {tuple(SELECTIONS)}, got {selection!r}")
