@@ -16,9 +16,10 @@ from wire.codec import topk_count
 
 D = 50_826
 GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-# The weights these cases were written for: progress with β = 0.5 (the default until issue 17
-# moved it to 0.25) and ASF at the default cr-weight-time 0.6.
-WEIGHTS = {"progress": (1.0, 0.5), "asf": (0.6, 0.4)}
+# The settings these cases were written for: cr-weight-time 0.6 and β = 0.5 (the default until
+# issue 17 moved it to 0.25), turned into weights the way the schedule does.
+WEIGHT_TIME, BETA = 0.6, 0.5
+WEIGHTS = {name: SELECTIONS[name].weights(WEIGHT_TIME, BETA) for name in ("progress", "asf")}
 PROGRESS = {"selection": "progress", "weights": WEIGHTS["progress"]}
 ASF = {"selection": "asf", "weights": WEIGHTS["asf"]}
 
@@ -145,7 +146,12 @@ def test_progress_takes_the_gain_when_rounds_cost_the_same_at_every_ratio() -> N
 def test_progress_exponent_trades_time_for_gain() -> None:
     """β = 0: time alone (the smallest c); a larger β moves to larger c."""
     chosen = [
-        solve(_problem(bandwidth=1.25e6), seed=3, selection="progress", weights=(1.0, beta)).ratio
+        solve(
+            _problem(bandwidth=1.25e6),
+            seed=3,
+            selection="progress",
+            weights=SELECTIONS["progress"].weights(WEIGHT_TIME, beta),
+        ).ratio
         for beta in (0.0, 0.5, 2.0)
     ]
     assert chosen[0] < 0.0011 and chosen[0] < chosen[1] < chosen[2]
