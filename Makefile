@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgeflex-installed
 
-.PHONY: venv run compare test lint clean
+.PHONY: venv run compare test test-cpu-paths lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ compare: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The golden records again under CPU kernel paths forced on this machine: a record that holds on
+# one CPU only fails here (tests/records_match.py says what may differ between CPUs).
+CPU_PATHS ?= MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
+test-cpu-paths: $(STAMP)
+	@for path in $(CPU_PATHS); do \
+		echo "golden records under $$path"; \
+		env $$path $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_golden.py || exit 1; \
+	done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

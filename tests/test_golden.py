@@ -5,7 +5,14 @@ behind an in-process grid (every message serialized as on the wire), and compare
 with the files under ``tests/golden/``, recorded from main before the strategy redesign
 (c62d31e), and recorded anew once since, on purpose: when compute became FLOP-based (issue 16:
 the devices' compute figures and the clock's compute model changed every virtual time). Wall-clock
-fields are left out; everything else must be equal, bit for bit.
+fields are left out.
+
+The files were recorded on one CPU and are checked on others, so floats are compared within a
+tolerance and everything else exactly (tests/records_match.py). Where a round's Top-k cut is a
+near-tie (closer than ``TIE_MARGIN``), another CPU may keep the other entry: from that round on
+only the run's decisions are compared (``NEAR_TIE_ROUND``), and the test fails when a near-tie
+comes clearly earlier than that table says. .ci/run also runs this file under forced CPU paths
+(MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default).
 
 To record them anew (only when a change of records is intended and said so):
 
@@ -24,6 +31,7 @@ import pytest
 from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
 from server.records import read_rounds, without_wall_clock
+from tests.records_match import TIE_MARGIN, TopkCutSpy, differences, round_differences
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Settings added since the records were made, at their defaults. These keep every old record
@@ -125,16 +133,51 @@ def run_case(text: str, results_dir: Path) -> tuple[list[dict[str, Any]], dict[s
     return _strip_rounds(read_rounds(results_dir)), _strip_summary(summary)
 
 
+# The first round whose Top-k cut is closer than TIE_MARGIN (tests/records_match.py), measured
+# when this was written; from there on a case is compared in its decisions only. A case not
+# named has no such round.
+NEAR_TIE_ROUND = {
+    "allgather": 3,
+    "allreduce-star": 3,
+    "tree-allreduce": 3,
+    "stream-persistence-topk": 3,
+    "noniid-injection": 2,
+    "scadles": 5,
+    "auto-nsga2-c1-edge": 11,
+    "auto-nsga2-asf-c1-edge": 9,
+    "auto-fixed-c2-edge": 14,
+}
+
+
 @pytest.mark.usefixtures("task_identity")
 @pytest.mark.parametrize("name", list(CASES))
-def test_records_equal_the_golden_ones(name: str, tmp_path: Path) -> None:
-    rounds, summary = run_case(f"{CASES[name]} {RECORDED_DEFAULTS}", tmp_path)
+def test_records_equal_the_golden_ones(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with TopkCutSpy().watching(monkeypatch) as spy:
+        rounds, summary = run_case(f"{CASES[name]} {RECORDED_DEFAULTS}", tmp_path)
     rounds_file, summary_file = GOLDEN_DIR / f"{name}.jsonl", GOLDEN_DIR / f"{name}.summary.json"
     if RECORD:
         GOLDEN_DIR.mkdir(exist_ok=True)
         rounds_file.write_text("".join(json.dumps(r) + "\n" for r in rounds))
         summary_file.write_text(json.dumps(_without_new_settings(summary), indent=1) + "\n")
+    # The table, not this run's margins, says where comparing stops: margins near TIE_MARGIN
+    # (trace's round 2 is at 1.03e-5) may fall on either side of it on another CPU. A near-tie
+    # clearly earlier than the table's (half the margin) would narrow the check unnoticed.
+    near_tie = NEAR_TIE_ROUND.get(name)
+    earlier = spy.near_tie_round(TIE_MARGIN / 2)
+    assert earlier is None or (near_tie is not None and earlier >= near_tie), (
+        f"{name}: a Top-k near-tie now comes in round {earlier} (margins {spy.round_margins}); "
+        "if that is intended, NEAR_TIE_ROUND should say so"
+    )
     golden_rounds = [json.loads(line) for line in rounds_file.read_text().splitlines()]
-    for got, want in zip(rounds, golden_rounds, strict=True):
-        assert got == want, f"{name}: round {want['round']} differs"
-    assert _without_new_settings(summary) == json.loads(summary_file.read_text())
+    found = round_differences(rounds, golden_rounds, near_tie)
+    golden_summary = json.loads(summary_file.read_text())
+    summary = _without_new_settings(summary)
+    if near_tie is None:
+        found += differences(summary, golden_summary, "summary")
+    else:  # the totals follow the rounds; what was asked for does not
+        found += differences(summary["config"], golden_summary["config"], "summary.config")
+        found += differences(summary["rounds"], golden_summary["rounds"], "summary.rounds")
+    assert not found, f"{name} (near-tie from round {near_tie}):\n" + "\n".join(found[:20])
+
