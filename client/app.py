@@ -70,9 +70,10 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
     began = time.perf_counter()
     compression = instruction.compression
     collective = COLLECTIVES[DENSE if compression is None else compression.collective]
+    buffers = buffer_positions(model)
     gains, share = (None, None)
     if compression is not None:
-        gains, share = reports(context.state, local.result.update, compression)
+        gains, share = reports(context.state, local.result.update, compression, buffers)
     payload = collective.client_train(
         ClientRound(
             state=context.state,
@@ -81,7 +82,7 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
             layout=layout,
             compressor=COMPRESSORS[settings.compressor],
             rng=_compressor_rng(settings, local.partition_id, instruction.round.server_round, 0),
-            always_sent=buffer_positions(model),
+            always_sent=buffers,
         )
     )
     reply = TrainReply(

@@ -1,12 +1,14 @@
 """What the server's ratio policies ask clients to report, from e = update + residual before
 compression: the gain at every grid ratio (NSGA-II) and the smoothed residual share
-(adaptive compression)."""
+(adaptive compression). Both are over the weights: a model's buffers are sent whole every
+round, so counting them would inflate the gain at small ratios on models with batch norm."""
 
 from __future__ import annotations
 
+import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from compress.base import ErrorFeedback, Vector
+from compress.base import ErrorFeedback, Indices, Vector
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from wire.messages import CompressionConfig
 
@@ -24,12 +26,15 @@ def smoothed_residual_share(state: RecordDict, share: float) -> float:
 
 
 def reports(
-    state: RecordDict, update: Vector, compression: CompressionConfig
+    state: RecordDict, update: Vector, compression: CompressionConfig, always_sent: Indices
 ) -> tuple[list[float] | None, float | None]:
-    """(gain grid, residual share) as the instructions ask; None for what they do not."""
+    """(gain grid, residual share) as the instructions ask; None for what they do not.
+    ``always_sent``: the buffers' positions, left out."""
     if not compression.report_gain and compression.adaptive_ratio is None:
         return None, None
     compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
+    if always_sent.size:
+        compensated = np.delete(compensated, always_sent)
     gains = gain_curve(compensated, DEFAULT_GAIN_GRID) if compression.report_gain else None
     share = None
     if compression.adaptive_ratio is not None:

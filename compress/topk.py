@@ -61,18 +61,27 @@ def topk_indices(x: NDArray[np.float32], k: int) -> NDArray[np.int64]:
     return _exact(magnitude, candidates, k)
 
 
+def topk_outside(
+    x: NDArray[np.float32], k: int, excluded: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Ascending indices of the ``k`` entries of largest magnitude outside ``excluded`` (at
+    most all of them): where a model's buffers, sent whole every round, must not take slots."""
+    if excluded.size == 0:
+        return topk_indices(x, k)
+    pool = np.ones(x.size, dtype=bool)
+    pool[excluded] = False
+    candidates = np.flatnonzero(pool)
+    if candidates.size == 0:
+        return candidates
+    return candidates[topk_indices(x[candidates], min(k, candidates.size))]
+
+
 def topk_with(x: NDArray[np.float32], k: int, always: NDArray[np.int64]) -> NDArray[np.int64]:
     """Ascending: the ``k`` entries of largest magnitude outside ``always``, and ``always``
     (a model's buffers, sent every round): ``sent_count(k, x.size, always.size)`` indices."""
     if always.size == 0:
         return topk_indices(x, k)
-    pool = np.ones(x.size, dtype=bool)
-    pool[always] = False
-    candidates = np.flatnonzero(pool)
-    if candidates.size == 0:
-        return np.sort(always)
-    chosen = candidates[topk_indices(x[candidates], min(k, candidates.size))]
-    return np.union1d(chosen, always)
+    return np.union1d(topk_outside(x, k, always), always)
 
 
 def sent_count(k: int, size: int, always: int) -> int:

@@ -10,7 +10,8 @@ from is the index policy:
   (the first round uses the leader phases). ``residual-hints``: I from the clients' reported
   residual indices and the server's estimate of their residuals (``ResidualHints``);
   ``global``: the Top-k of the previous aggregate, which freezes (``PreviousTopk``).
-A model's buffers are in every I (``ClientRound.always_sent``).
+A model's buffers are in every I (``ClientRound.always_sent``) and never take one of its k
+slots: the leader's indices, its VAR score and the one-phase policies' picks leave them out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from flwr.app import ArrayRecord, Message
 from numpy.typing import NDArray
 
 from compress.base import ErrorFeedback, load_vector, send_at, store_vector
-from compress.topk import topk_energy, topk_indices
+from compress.topk import sent_count, topk_energy, topk_indices, topk_outside
 from strategies.collectives.base import (
     ActionHandler,
     Aggregate,
@@ -64,6 +65,7 @@ from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
 
 PENDING_KEY = "ef-pending"  # e, held between the training and the value phase
+OWN_INDICES_KEY = "ef-pending-indices"  # TopK(e) outside the buffers: the leader's index set
 CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
 # Clients train one model at one learning rate on batches from one data set: their Top-k
 # energies differ by a few times (at most 5.7x the median of the others' in the honest runs of
@@ -92,7 +94,9 @@ def _train(job: ClientRound) -> ClientPayload:
         return ClientPayload(sparse=ArrayRecord(encoded.arrays), hints=hints)
     store_vector(job.state, PENDING_KEY, compensated)
     k = topk_count(size, job.instruction.compression.ratio)
-    return ClientPayload(topk_norm2=topk_energy(compensated, topk_indices(compensated, k)))
+    own = topk_outside(compensated, k, job.always_sent)
+    job.state[OWN_INDICES_KEY] = indices_record(own, size)
+    return ClientPayload(topk_norm2=topk_energy(compensated, own))
 
 
 def _held(action: ClientAction) -> Vector:
@@ -103,10 +107,12 @@ def _held(action: ClientAction) -> Vector:
 
 
 def _indices(action: ClientAction) -> ArrayRecord:
-    """The leader: the Top-k indices of its held e."""
-    held = _held(action)
-    k = topk_count(held.size, action.request.ratio)
-    return indices_record(topk_indices(held, k), held.size)
+    """The leader: the Top-k indices of its held e outside the buffers (chosen in training)."""
+    _held(action)
+    own = action.state.get(OWN_INDICES_KEY)
+    if not isinstance(own, ArrayRecord):
+        raise ValueError("request without Top-k indices from this round's training")
+    return own
 
 
 def _values(action: ClientAction) -> ArrayRecord:
@@ -116,6 +122,7 @@ def _values(action: ClientAction) -> ArrayRecord:
     if index_set is None:
         raise ValueError("values request without an index set")
     del action.state[PENDING_KEY]
+    action.state.pop(OWN_INDICES_KEY, None)
     return ArrayRecord(send_at(action.state, held, index_set, action.compressor, action.rng).arrays)
 
 
@@ -142,8 +149,11 @@ class IndexPolicy(Protocol):
     hint_share: float  # residual indices per client, as a share of k (0: none asked)
     one_phase: bool  # I travels with the instructions (after round 1)
 
-    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
-        """The next round's index set from this round's aggregated update (None: a leader's)."""
+    def next_index_set(
+        self, update: Sparse, k: int, hints: Hints, excluded: Indices
+    ) -> Indices | None:
+        """The next round's index set from this round's aggregated update (None: a leader's),
+        ``k`` indices outside ``excluded`` (the model's buffers, added to every I anyway)."""
         ...
 
 
@@ -153,7 +163,9 @@ class LeaderEachRound:
     hint_share = 0.0
     one_phase = False
 
-    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+    def next_index_set(
+        self, update: Sparse, k: int, hints: Hints, excluded: Indices
+    ) -> Indices | None:
         return None
 
 
@@ -164,8 +176,10 @@ class PreviousTopk:
     hint_share = 0.0
     one_phase = True
 
-    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
-        return topk_indices(update.dense(), k)
+    def next_index_set(
+        self, update: Sparse, k: int, hints: Hints, excluded: Indices
+    ) -> Indices | None:
+        return topk_outside(update.dense(), k, excluded)
 
 
 class ResidualHints:
@@ -207,11 +221,16 @@ class ResidualHints:
         rate = np.where(known, np.maximum(self.rate, self.RATE_FLOOR * typical), typical)
         return rate * self.age
 
-    def next_index_set(self, update: Sparse, k: int, hints: Hints) -> Indices | None:
+    def next_index_set(
+        self, update: Sparse, k: int, hints: Hints, excluded: Indices
+    ) -> Indices | None:
         score = self.estimate(update)
         votes = np.zeros(update.size)
         for weight, indices in hints:
             votes[indices] += weight
+        votes[excluded] = 0.0
+        score[excluded] = 0.0  # passed over by the fill, like the hinted ones below
+        k = min(k, update.size - excluded.size)
         voted = np.flatnonzero(votes > 0)
         slots = min(voted.size, int(self.HINTED_SHARE * k))
         # most votes first, then the larger estimate, then the lower index
@@ -332,7 +351,7 @@ class Allreduce:
             if (indices := self._hints_of(p.reply, plan)) is not None
         ]
         self._index_set = self._with_always_sent(
-            self.index_policy.next_index_set(update, plan.k, hints)
+            self.index_policy.next_index_set(update, plan.k, hints, self.always_sent)
         )
         return Aggregate(participants, update, factor)
 
@@ -404,8 +423,11 @@ class Allreduce:
             if reply.has_error():
                 raise ValueError(f"client error: {reply.error.reason}")
             index_set = np.sort(decode_indices(PhaseReply.sparse_of(reply.content), plan.size))
-            if index_set.size != plan.k:
-                raise PayloadError(f"{index_set.size} indices, expected {plan.k}")
+            expected = sent_count(plan.k, plan.size, self.always_sent.size) - self.always_sent.size
+            if index_set.size != expected:
+                raise PayloadError(f"{index_set.size} indices, expected {expected}")
+            if np.isin(index_set, self.always_sent).any():
+                raise PayloadError("indices name the model's buffers, which are sent whole")
             bytes_up = content_nbytes(reply.content)
             measured = plan.measure(reply)
         except Exception as exc:  # whatever a reply holds, it costs that reply, not the run

@@ -15,6 +15,7 @@ from strategies.collectives.allreduce import (
 from wire.codec import Sparse
 
 SIZE, K, CLIENTS = 400, 10, 5
+NO_BUFFERS = np.zeros(0, dtype=np.int64)
 
 
 def _simulate(
@@ -39,7 +40,7 @@ def _simulate(
         residuals[:, index_set] = 0.0
         reported = [(1.0, topk_indices(r.astype(np.float32), m)) for r in residuals] if m else []
         update = Sparse(index_set, values.astype(np.float32), SIZE)
-        next_set = policy.next_index_set(update, K, reported)
+        next_set = policy.next_index_set(update, K, reported, NO_BUFFERS)
         assert next_set is not None and next_set.size == K
         assert np.all(np.diff(next_set) > 0)  # ascending, no duplicates
         index_set = next_set
@@ -81,7 +82,7 @@ def test_a_client_sways_the_hinted_slots_by_its_weight_only() -> None:
     honest = np.arange(100, 100 + K // 2, dtype=np.int64)
     liar = np.arange(300, 300 + K // 2, dtype=np.int64)
     hints = [(1.0, honest), (1.0, honest), (1.0, honest), (1.0, liar)]
-    chosen = policy.next_index_set(update, K, hints)
+    chosen = policy.next_index_set(update, K, hints, NO_BUFFERS)
     assert chosen is not None
     assert set(honest) <= set(chosen.tolist())
     assert not set(liar) & set(chosen.tolist())  # half of k is hinted: the most voted fill it
@@ -94,7 +95,25 @@ def test_hint_count_and_the_policy_table() -> None:
     assert INDEX_POLICIES["global"](0.25).hint_share == 0.0  # asks for nothing
     assert (
         INDEX_POLICIES["leader"](0.25).next_index_set(
-            Sparse(np.arange(3, dtype=np.int64), np.ones(3, dtype=np.float32), 10), 3, []
+            Sparse(np.arange(3, dtype=np.int64), np.ones(3, dtype=np.float32), 10),
+            3,
+            [],
+            NO_BUFFERS,
         )
         is None
     )
+
+
+@pytest.mark.parametrize("name", ["global", "residual-hints"])
+def test_one_phase_policies_leave_the_buffers_out_of_their_k_slots(name: str) -> None:
+    """The buffers (batch-norm statistics, counters) are added to every index set whole; the
+    k chosen slots go to weights even where the buffers moved most (counters move by 1 a step)."""
+    buffers = np.arange(0, 20, dtype=np.int64)
+    values = np.linspace(0.1, 0.2, SIZE).astype(np.float32)
+    values[buffers] = 50.0
+    update = Sparse(np.arange(SIZE, dtype=np.int64), values, SIZE)
+    policy = INDEX_POLICIES[name](0.5)
+    hints = [(1.0, buffers[:K])]  # votes for buffers count for nothing either
+    chosen = policy.next_index_set(update, K, hints, buffers)
+    assert chosen is not None and chosen.size == K
+    assert not np.isin(chosen, buffers).any()

@@ -95,6 +95,48 @@ def test_batch_norm_statistics_travel_every_round_and_average_as_dense(mode: str
     assert np.isfinite(topk).all()
 
 
+@pytest.mark.parametrize("mode", [name for name in MODES if name.startswith("allreduce")])
+def test_buffers_take_none_of_the_k_slots_of_the_shared_index_set(mode: str) -> None:
+    """Every index set is k weights plus all buffers, whether the leader, the previous
+    aggregate or the residual estimate picks it: the counters' deltas (1 a step) and the
+    statistics' would otherwise crowd weights out at small c."""
+    buffers = buffer_positions(build_model("mlp-bn", DIGITS_SPEC, seed=5))
+    settings = _settings(strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode])
+    for rounds in (1, 2):  # round 2 of the one-phase policies uses their own index set
+        _, strategy, _ = _run(settings, rounds=rounds)
+        update = strategy.replicas.last_delta
+        assert update is not None and not strategy.stats[rounds].refused
+        assert np.isin(buffers, update.indices).all()
+        assert update.indices.size == topk_count(update.size, 0.002) + buffers.size
+
+
+def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
+    """||TopK(e)||² (the VAR score) and the indices a leader sends are over the weights only."""
+    from types import SimpleNamespace
+
+    from flwr.app import RecordDict
+
+    from strategies.collectives.allreduce import Allreduce
+    from strategies.collectives.base import ClientAction, ClientRound
+    from wire.codec import decode_indices
+    from wire.messages import PhaseRequest
+
+    size, ratio = 1000, 0.01
+    buffers = np.arange(990, 1000, dtype=np.int64)
+    update = np.linspace(-1.0, 1.0, size).astype(np.float32)
+    update[buffers] = 100.0  # e.g. counters and running variances, far larger than any weight
+    state = RecordDict()
+    instruction = SimpleNamespace(compression=SimpleNamespace(ratio=ratio), index_set=None)
+    job = ClientRound(state, update, instruction, None, None, None, buffers)  # type: ignore[arg-type]
+    payload = Allreduce.client_train(job)
+    weights = np.delete(update, buffers).astype(np.float64)
+    k = topk_count(size, ratio)
+    assert payload.topk_norm2 == pytest.approx(float(np.sum(np.sort(weights**2)[-k:])))
+    action = ClientAction(state, PhaseRequest(1, ratio), RecordDict(), None, None)  # type: ignore[arg-type]
+    sent = decode_indices(Allreduce.client_actions["indices"](action), size)
+    assert sent.size == k and not np.isin(sent, buffers).any()
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
     final, strategy, grid = _run(
