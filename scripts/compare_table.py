@@ -1,11 +1,13 @@
 """The comparison table: per run, mean ± sd over seeds of what its records say.
 
-Per seed: final and best accuracy, virtual seconds to the target (first round at or above
-it), speedup against the baseline run of the same seed (its time to target / this run's),
-uplink and downlink bytes, communication time (virtual seconds spent transferring, summed over
-rounds), and the peak buffer (the largest occupancy of any client, in
-samples, over the run; streaming runs only). Means and sample standard deviations are over
-the seeds where the value exists; ``reached`` counts the seeds that reached the target.
+Per seed: A20, S20 and M20 (the mean, sd and worst test accuracy of the last 20 rounds;
+server/last_rounds.py), final and best accuracy (CSV only: one round each), virtual seconds to
+the target (first round whose 5-round moving mean reaches it), speedup against the baseline run
+of the same seed (its time to target / this run's), uplink and downlink bytes, communication
+time (virtual seconds spent transferring, summed over rounds), and the peak buffer (the largest
+occupancy of any client, in samples, over the run; streaming runs only). Means and sample
+standard deviations are over the seeds where the value exists; ``reached`` counts the seeds
+that reached the target; S20 and M20 are shown for the worst seed (largest S20, smallest M20).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.time_to_target import time_to_target
+from server.last_rounds import LastRounds, time_to_target
 
 METRICS = (
+    "a20",
+    "s20",
+    "m20",
     "final_accuracy",
     "best_accuracy",
     "time_to_target_s",
@@ -33,6 +38,9 @@ METRICS = (
 
 @dataclass(frozen=True)
 class SeedResult:
+    a20: float
+    s20: float
+    m20: float
     final_accuracy: float
     best_accuracy: float
     time_to_target_s: float | None
@@ -47,7 +55,11 @@ def seed_result(rows: Sequence[Mapping[str, Any]], target: float) -> SeedResult:
         raise ValueError("a run without rounds")
     hit = time_to_target([dict(r) for r in rows], target)
     buffers = [r["stream"]["buffer_samples_max"] for r in rows if r.get("stream")]
+    last = LastRounds.of([float(r["accuracy"]) for r in rows])
     return SeedResult(
+        a20=last.mean_accuracy,
+        s20=last.sd_accuracy,
+        m20=last.worst_accuracy,
         final_accuracy=float(rows[-1]["accuracy"]),
         best_accuracy=max(float(r["accuracy"]) for r in rows),
         time_to_target_s=None if hit is None else hit[1],
@@ -63,6 +75,8 @@ class Stat:
     mean: float | None
     sd: float | None  # None with fewer than two values
     n: int
+    low: float | None = None
+    high: float | None = None
 
 
 def stat(values: Sequence[float | None]) -> Stat:
@@ -70,7 +84,7 @@ def stat(values: Sequence[float | None]) -> Stat:
     if not present:
         return Stat(None, None, 0)
     sd = statistics.stdev(present) if len(present) > 1 else None
-    return Stat(statistics.fmean(present), sd, len(present))
+    return Stat(statistics.fmean(present), sd, len(present), min(present), max(present))
 
 
 def summarise(
@@ -88,6 +102,9 @@ def summarise(
             speedups.append(base_t / own_t if base_t is not None and own_t else None)
         seeds = list(by_seed.values())
         out[name] = {
+            "a20": stat([r.a20 for r in seeds]),
+            "s20": stat([r.s20 for r in seeds]),
+            "m20": stat([r.m20 for r in seeds]),
             "final_accuracy": stat([r.final_accuracy for r in seeds]),
             "best_accuracy": stat([r.best_accuracy for r in seeds]),
             "time_to_target_s": stat([r.time_to_target_s for r in seeds]),
@@ -105,6 +122,10 @@ def _cell(s: Stat, scale: float = 1.0, digits: int = 2) -> str:
         return "-"
     text = f"{s.mean / scale:.{digits}f}"
     return text if s.sd is None else f"{text} ± {s.sd / scale:.{digits}f}"
+
+
+def _worst(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def write_csv(path: Path, table: Mapping[str, Mapping[str, Stat]], seeds: int) -> None:
@@ -130,9 +151,9 @@ def markdown(
     seeds: int,
 ) -> str:
     lines = [
-        f"| run | final acc | best acc | reached {target:g} | virtual s to {target:g} "
+        f"| run | A20 | worst S20 | worst M20 | reached {target:g} | virtual s to {target:g} "
         "| speedup (baseline) | MB up | MB down | comm s | peak buffer (samples) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in table.items():
         lines.append(
@@ -140,8 +161,9 @@ def markdown(
             + " | ".join(
                 [
                     name,
-                    _cell(s["final_accuracy"], digits=4),
-                    _cell(s["best_accuracy"], digits=4),
+                    _cell(s["a20"], digits=4),
+                    _worst(s["s20"].high),
+                    _worst(s["m20"].low),
                     f"{s['time_to_target_s'].n}/{seeds}",
                     _cell(s["time_to_target_s"], digits=1),
                     "-"

@@ -1,14 +1,14 @@
-"""Time to targets just below the baseline's final accuracy, against the best fixed ratio in
-hindsight.
+"""Time to targets just below the baseline's A20, against the best fixed ratio in hindsight.
 
     .venv/bin/python -m scripts.hindsight flexcomm --below 0.01 0.003 \\
         --fixed 'allgather-c*' 'allreduce-c*'
 
-For each group of a comparison's runs that share a baseline, each target is the baseline's
-final accuracy (mean over seeds) minus a margin. Per run and seed: the virtual seconds to first
-reach it. Per seed, the best fixed ratio in hindsight is the fastest of the group's runs whose
-names match ``--fixed`` (shell patterns); a run's time over that one is averaged over the seeds
-where both reached the target, and the seeds a run missed are counted.
+For each group of a comparison's runs that share a baseline, each target is the baseline's A20
+(the mean accuracy of its last 20 rounds, mean over seeds) minus a margin. Per run and seed:
+the virtual seconds until the 5-round moving mean of accuracy first reaches it
+(server/last_rounds.py). Per seed, the best fixed ratio in hindsight is the fastest of the
+group's runs whose names match ``--fixed`` (shell patterns); a run's time over that one is
+averaged over the seeds where both reached the target, and the seeds a run missed are counted.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from scripts import compare_spec
 from scripts.compare import DEFAULT_OUT
-from scripts.time_to_target import time_to_target
+from server.last_rounds import LastRounds, time_to_target
 from server.records import read_rounds
 
 Records = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]  # run -> seed -> rows
@@ -32,7 +32,7 @@ Records = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]  # run -> seed
 @dataclass(frozen=True)
 class TargetRow:
     run: str
-    final_accuracy: float  # mean over seeds
+    a20: float  # mean over seeds
     seconds: dict[int, float | None]  # seed -> virtual s to the target (None: missed)
     vs_best_fixed: float | None  # mean over seeds of seconds / the best fixed run's
     best_fixed: dict[int, str | None]  # seed -> the fastest fixed run (None: none reached)
@@ -40,6 +40,10 @@ class TargetRow:
     @property
     def reached(self) -> int:
         return sum(s is not None for s in self.seconds.values())
+
+
+def _a20(rows: Sequence[Mapping[str, Any]]) -> float:
+    return LastRounds.of([float(r["accuracy"]) for r in rows]).mean_accuracy
 
 
 def _seconds(rows: Sequence[Mapping[str, Any]], target: float) -> float | None:
@@ -66,8 +70,8 @@ def target_rows(
         out.append(
             TargetRow(
                 run=run,
-                final_accuracy=statistics.fmean(
-                    float(rows[-1]["accuracy"]) for rows in records[run].values()
+                a20=statistics.fmean(
+                    _a20(rows) for rows in records[run].values()
                 ),
                 seconds=seconds[run],
                 vs_best_fixed=statistics.fmean(ratios) if ratios else None,
@@ -81,7 +85,7 @@ def markdown(rows: Sequence[TargetRow], target: float, label: str, seeds: int) -
     lines = [
         f"{label}: target {target:.4f}",
         "",
-        "| run | final acc | reached | virtual s to target | vs best fixed (mean over seeds) |",
+        "| run | A20 | reached | virtual s to target | vs best fixed (mean over seeds) |",
         "|---|---|---|---|---|",
     ]
     for row in rows:
@@ -92,7 +96,7 @@ def markdown(rows: Sequence[TargetRow], target: float, label: str, seeds: int) -
             cell += f" ± {statistics.stdev(times):.1f}" if len(times) > 1 else ""
         ratio = "-" if row.vs_best_fixed is None else f"{row.vs_best_fixed:.2f}x"
         lines.append(
-            f"| {row.run} | {row.final_accuracy:.4f} | {row.reached}/{seeds} | {cell} | {ratio} |"
+            f"| {row.run} | {row.a20:.4f} | {row.reached}/{seeds} | {cell} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -119,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     for baseline, runs in groups.items():
         if baseline not in records:
             continue
-        final = statistics.fmean(float(rows[-1]["accuracy"]) for rows in records[baseline].values())
+        a20 = statistics.fmean(_a20(rows) for rows in records[baseline].values())
         fixed = [r for r in runs if any(fnmatch(r, pattern) for pattern in args.fixed)]
         for margin in args.below:
-            target = final - margin
+            target = a20 - margin
             rows = target_rows(records, runs, fixed, target)
-            label = f"{baseline} final {final:.4f} - {margin:g}"
+            label = f"{baseline} A20 {a20:.4f} - {margin:g}"
             print(markdown(rows, target, label, len(comparison.seeds)))
     return 0
 

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from server.last_rounds import LastRounds
 from server.plots import plot_accuracy
 from strategies.ledger import RoundStats
 
@@ -118,6 +119,8 @@ class RunRecorder:
             "best_accuracy": max(accuracies) if rounds else None,
             "best_round": rounds[accuracies.index(max(accuracies))]["round"] if rounds else None,
             "final_loss": rounds[-1]["loss"] if rounds else None,
+            # A20, S20, M20: the last rounds' mean, spread and worst (server/last_rounds.py)
+            "last_rounds": LastRounds.of(accuracies).as_record() if rounds else None,
             "virtual_time_s": rounds[-1]["virtual_time_s"] if rounds else 0.0,
             "wall_time_s": time.perf_counter() - self._start,
             "bytes_up": sum(r["bytes_up"] for r in rounds),
