@@ -96,8 +96,8 @@ class Settings:
     )
     seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
     dataset: str = _spec(
-        doc='"digits" (bundled), "synthetic" (FedProx\'s Synthetic(α, β), generated per client) '
-        "or a Hugging Face dataset name"
+        doc='"digits" (bundled), "mnist1d" (MNIST-1D, generated here), "synthetic" (FedProx\'s '
+        'Synthetic(α, β), generated per client) or a Hugging Face dataset name'
     )
     synthetic_alpha: float = _spec(
         minimum=0.0,
@@ -106,6 +106,11 @@ class Settings:
     )
     synthetic_beta: float = _spec(
         minimum=0.0, doc="synthetic: how much the clients' data differ (FedProx's β)"
+    )
+    mnist1d_samples: int = _spec(
+        minimum=100,
+        doc="mnist1d: samples generated (80 % train, 20 % test); 5000 is the published split "
+        "(4,000 / 1,000), 20000 gives a 4,000-sample test split",
     )
     test_fraction: float = _spec(
         minimum=0.0,

@@ -43,6 +43,7 @@ NEW_SETTINGS = {
     "clients-per-round": 0,
     "resume-from": "",
     "compressor": "topk",
+    "mnist1d-samples": 5000,
     "cr-progress-exponent": 0.5,
     "cr-ratio-ramp": 0.0,
     "index-hints": 0.25,
