@@ -35,8 +35,8 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
         ({"partitioner": "shards"}, "allowed values: iid, dirichlet, labels"),
         (
             {"model": "vit"},
-            "model = 'vit' is not allowed; allowed values: mlp, mlp-bn, cnn, resnet, or "
-            "package.module:factory",
+            "model = 'vit' is not allowed; allowed values: mlp, mlp-bn, cnn, resnet, mlp100, "
+            "cnn1d, cnn1d-bn, cnn1d-gn, or package.module:factory",
         ),
         ({"model": "my models:vit"}, "model = 'my models:vit' is not allowed"),
         ({"server_uplink_mbps": -1.0}, "server-uplink-mbps must be >= 0"),
