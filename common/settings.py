@@ -42,6 +42,7 @@ TABLES = {
     "partitioner": "common.data:PARTITIONERS",
     "model": "common.models:MODELS",
     "robust": "server.build:ROBUST",
+    "server_optimizer": "strategies.policies.server_optimizer:SERVER_OPTIMIZERS",
 }
 TIMINGS = ("modelled", "measured")
 # A value of a key that takes references: a callable named "package.module:attribute"
@@ -267,6 +268,34 @@ class Settings:
         maximum=0.5,
         exclusive_maximum=True,
         doc="robust = trimmed-mean: share of updates cut from each end, per coordinate",
+    )
+    server_optimizer: str = _spec(
+        table=True,
+        doc="what the server does with the aggregate: sgd (adds it, x server-learning-rate), "
+        "fedavgm, fedadam or fedyogi (Reddi et al. 2021)",
+    )
+    server_learning_rate: float = _spec(
+        minimum=0.0, exclusive_minimum=True, doc="η, the server optimizer's step size"
+    )
+    server_momentum: float = _spec(
+        minimum=0.0, maximum=1.0, exclusive_maximum=True, doc="fedavgm: β of the momentum"
+    )
+    server_beta1: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_maximum=True,
+        doc="fedadam, fedyogi: decay of the first moment",
+    )
+    server_beta2: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_maximum=True,
+        doc="fedadam, fedyogi: decay of the second moment",
+    )
+    server_tau: float = _spec(
+        minimum=0.0,
+        exclusive_minimum=True,
+        doc="fedadam, fedyogi: τ, added to the square root of the second moment",
     )
     adaptive_delta: float = _spec(
         minimum=0.0,

@@ -27,6 +27,7 @@ from server.build import (
     bounds,
     ratio_policy,
     relay,
+    server_optimizer,
     train_config_record,
 )
 from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -117,6 +118,7 @@ def build_strategy(
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
             defence=ROBUST[settings.robust](settings),
+            server_optimizer=server_optimizer(settings),
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),

@@ -19,6 +19,11 @@ from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
 from strategies.policies.robust import Clip, ClipScreen, Median, NoDefence, TrimmedMean
+from strategies.policies.server_optimizer import (
+    SERVER_OPTIMIZERS,
+    ServerOptimizer,
+    ServerStepSettings,
+)
 from strategies.relay import InjectionPlan, Relay
 from wire.keys import BATCH_SIZE, LEARNING_RATE, LOCAL_STEPS, SEED
 
@@ -66,6 +71,18 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     if settings.adaptive_delta > 0:
         return AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
     return CR_SCHEDULES[settings.cr_schedule](settings)
+
+
+def server_optimizer(settings: Settings) -> ServerOptimizer:
+    """The server-optimizer table's entry, with the step settings it reads."""
+    step = ServerStepSettings(
+        learning_rate=settings.server_learning_rate,
+        momentum=settings.server_momentum,
+        beta1=settings.server_beta1,
+        beta2=settings.server_beta2,
+        tau=settings.server_tau,
+    )
+    return SERVER_OPTIMIZERS[settings.server_optimizer](step)
 
 
 # robust -> the defence (strategies/policies/robust.py)

@@ -43,6 +43,7 @@ from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.ratio import RatioPolicy
 from strategies.policies.round_times import TRAIN_PHASE, RoundTimes
+from strategies.policies.server_optimizer import ServerOptimizer
 from strategies.relay import Relay
 from strategies.replicas import Replicas
 from strategies.sampling import ClientSampler
@@ -74,6 +75,7 @@ class Policies:
     weights: Weights
     learning_rates: LearningRates
     defence: Defence
+    server_optimizer: ServerOptimizer
 
 
 @dataclass
@@ -473,8 +475,10 @@ class EdgeStrategy(FedAvg):
             )
 
     def _apply(self, state: RoundState, aggregate: Aggregate) -> Vector:
-        """The new global model; the replicas follow a compressed collective's update."""
-        applied = aggregate.update if aggregate.participants else None
+        """The new global model, by the server optimizer's step on the aggregate; the replicas
+        follow a compressed collective's step."""
+        delta = aggregate.update if aggregate.participants else None
+        applied = None if delta is None else self.policies.server_optimizer.step(delta)
         model = state.model if applied is None else applied.apply_to(state.model)
         if state.collective.compressed:
             self.replicas.advance(

@@ -1,0 +1,109 @@
+"""Server optimizers on the aggregate (strategies/policies/server_optimizer.py)."""
+
+import numpy as np
+import pytest
+
+from strategies.collectives.base import DenseUpdate
+from strategies.policies.server_optimizer import (
+    SERVER_OPTIMIZERS,
+    Adam,
+    AsAggregated,
+    Momentum,
+    ServerStepSettings,
+    Yogi,
+)
+from wire.codec import Sparse
+
+REDDI = ServerStepSettings(learning_rate=0.1, momentum=0.9, beta1=0.9, beta2=0.99, tau=1e-3)
+
+
+def _dense(*values: float) -> DenseUpdate:
+    return DenseUpdate(np.array(values, dtype=np.float32))
+
+
+def test_sgd_at_rate_one_is_the_aggregate_itself() -> None:
+    delta = _dense(1.0, -2.0)
+    assert AsAggregated(ServerStepSettings(1.0, 0.9, 0.9, 0.99, 1e-3)).step(delta) is delta
+    halved = AsAggregated(ServerStepSettings(0.5, 0.9, 0.9, 0.99, 1e-3)).step(delta)
+    assert isinstance(halved, DenseUpdate)
+    np.testing.assert_array_equal(halved.vector, [0.5, -1.0])
+
+
+def test_momentum_accumulates_the_aggregates() -> None:
+    optimizer = Momentum(REDDI)
+    first = optimizer.step(_dense(1.0, -2.0))
+    second = optimizer.step(_dense(1.0, 0.0))
+    assert isinstance(first, DenseUpdate) and isinstance(second, DenseUpdate)
+    np.testing.assert_allclose(first.vector, [0.1, -0.2])  # m = Δ in the first round
+    np.testing.assert_allclose(second.vector, [0.1 * 1.9, 0.1 * -1.8])  # m = 0.9 m + Δ
+
+
+def test_adam_by_hand() -> None:
+    """Round 1: m = 0.1 Δ, v = 0.01 Δ², η_1 = η √(1 − β2) / (1 − β1) = η."""
+    step = Adam(REDDI).step(_dense(1.0, -2.0))
+    assert isinstance(step, DenseUpdate)
+    np.testing.assert_allclose(step.vector, [0.1 * 0.1 / 0.101, 0.1 * -0.2 / 0.201], rtol=1e-6)
+
+
+def test_yogi_moves_its_second_moment_additively() -> None:
+    optimizer = Yogi(REDDI)
+    optimizer.step(_dense(1.0, -2.0))  # v from 0: v − 0.01 Δ² sign(0 − Δ²) = 0.01 Δ²
+    assert optimizer.second is not None
+    np.testing.assert_allclose(optimizer.second, [0.01, 0.04])
+    step = optimizer.step(_dense(0.0, 0.0))  # v > 0 = Δ²: unchanged; m decays
+    np.testing.assert_allclose(optimizer.second, [0.01, 0.04])
+    assert isinstance(step, DenseUpdate)
+    np.testing.assert_allclose(step.vector, [0.1 * 0.09 / 0.101, 0.1 * -0.18 / 0.201], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fedavgm", "fedadam", "fedyogi"])
+def test_a_sparse_aggregate_gives_a_step_over_every_coordinate(name: str) -> None:
+    optimizer = SERVER_OPTIMIZERS[name](REDDI)
+    optimizer.step(Sparse(np.array([0, 3]), np.array([1.0, -1.0], dtype=np.float32), 5))
+    step = optimizer.step(Sparse(np.array([1]), np.array([2.0], dtype=np.float32), 5))
+    assert isinstance(step, Sparse)
+    np.testing.assert_array_equal(step.indices, np.arange(5))
+    assert step.values.dtype == np.float32
+    assert np.count_nonzero(step.values) == 3  # the moments carry round 1's coordinates on
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_momentum_zero_is_plain_averaging_bit_for_bit() -> None:
+    """FedAvgM with β = 0 and η = 1 adds the aggregate, as sgd does: the same model."""
+    from tests.strategies.test_topk_federation import _run, _settings
+
+    plain, _, _ = _run(_settings(strategy="topk", compression_ratio=0.05), rounds=3)
+    momentum, _, _ = _run(
+        _settings(
+            strategy="topk", compression_ratio=0.05, server_optimizer="fedavgm", server_momentum=0.0
+        ),
+        rounds=3,
+    )
+    np.testing.assert_array_equal(momentum, plain)
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("collective", ["allgather", "allreduce"])
+def test_replicas_follow_an_adaptive_server_step_bit_for_bit(collective: str) -> None:
+    """FedAdam's step covers every coordinate: it goes down as a delta over the whole model,
+    and every replica equals the global model the clients trained from."""
+    from client.replica import REPLICA_KEY
+    from compress.base import load_vector
+    from tests.strategies.test_topk_federation import _run, _settings
+
+    settings = _settings(
+        strategy="topk",
+        collective=collective,
+        compression_ratio=0.05,
+        server_optimizer="fedadam",
+        server_learning_rate=0.01,
+    )
+    final, strategy, grid = _run(settings, rounds=4)
+    delta = strategy.replicas.last_delta
+    assert delta is not None and delta.indices.size == final.size  # dense
+    before_last = final - delta.values
+    for context in grid.contexts.values():
+        replica = load_vector(context.state, REPLICA_KEY)
+        assert replica is not None
+        np.testing.assert_allclose(replica, before_last, atol=1e-6)
+    assert not any(strategy.stats[r].refused for r in range(1, 5))
