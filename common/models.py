@@ -15,16 +15,18 @@ from common.data import DataSpec
 from common.settings import REFERENCE
 
 
+def _mlp(spec: DataSpec, hidden: tuple[int, ...]) -> nn.Module:
+    """Dense layers of ``hidden`` widths with ReLU between them."""
+    widths = (spec.num_features, *hidden)
+    layers: list[nn.Module] = [nn.Flatten()]
+    for width_in, width_out in zip(widths, widths[1:], strict=False):
+        layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(widths[-1], spec.num_classes))
+
+
 def mlp(spec: DataSpec) -> nn.Module:
     """64-256-128-10 on digits: 50,826 parameters."""
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(spec.num_features, 256),
-        nn.ReLU(),
-        nn.Linear(256, 128),
-        nn.ReLU(),
-        nn.Linear(128, spec.num_classes),
-    )
+    return _mlp(spec, (256, 128))
 
 
 def mlp_bn(spec: DataSpec) -> nn.Module:
@@ -119,14 +121,7 @@ def resnet(spec: DataSpec) -> nn.Module:
 
 def mlp100(spec: DataSpec) -> nn.Module:
     """The MNIST-1D paper's MLP: two hidden layers of 100, ReLU; 15,210 parameters on MNIST-1D."""
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(spec.num_features, 100),
-        nn.ReLU(),
-        nn.Linear(100, 100),
-        nn.ReLU(),
-        nn.Linear(100, spec.num_classes),
-    )
+    return _mlp(spec, (100, 100))
 
 
 CNN1D_CHANNELS = 25
