@@ -98,8 +98,23 @@ def _partition(settings: Settings, data: ArrayData, partition_id: int) -> ArrayD
     return _partition_of(settings, _split(settings, data)[0], partition_id)
 
 
+def carve_validation(settings: Settings, train: ArrayData) -> tuple[ArrayData, ArrayData]:
+    """(what the clients train on, the server's validation split): a seeded
+    ``validation-fraction`` of the training data, never the test split, for anything that
+    calibrates or selects; the test split only reports."""
+    cut = int(np.ceil(settings.validation_fraction * len(train)))
+    order = np.random.default_rng([settings.seed, VALIDATION_STREAM]).permutation(len(train))
+    held, rest = np.sort(order[:cut]), np.sort(order[cut:])
+    return ArrayData(train.x[rest], train.y[rest]), ArrayData(train.x[held], train.y[held])
+
+
+VALIDATION_STREAM = 0x7A1  # the validation draw's own stream of the run seed
+
+
 def _partition_of(settings: Settings, train: ArrayData, partition_id: int) -> ArrayData:
-    """Partition ``partition_id`` of ``train``."""
+    """Partition ``partition_id`` of ``train`` (less the validation split, if any)."""
+    if settings.validation_fraction > 0:
+        train = carve_validation(settings, train)[0]
     partitioner = make_partitioner(settings)
     partitioner.dataset = _to_dataset(train)
     part = partitioner.load_partition(partition_id).with_format("numpy")
@@ -163,6 +178,7 @@ class LocalDataset:
     spec: DataSpec
     partition: Callable[[Settings, int], ArrayData]
     server_test: Callable[[Settings], ArrayData]
+    train: Callable[[Settings], ArrayData] | None  # before partitioning (None: made per client)
 
 
 SYNTHETIC = "synthetic"
@@ -172,15 +188,19 @@ SYNTHETIC_SPEC = DataSpec(
 # dataset -> how it is made; any other name is a Hugging Face dataset
 LOCAL_DATASETS: dict[str, LocalDataset] = {
     DIGITS: LocalDataset(
-        DIGITS_SPEC, lambda s, k: _partition(s, _digits(), k), lambda s: split_train_test(s)[1]
+        DIGITS_SPEC,
+        lambda s, k: _partition(s, _digits(), k),
+        lambda s: split_train_test(s)[1],
+        lambda s: split_train_test(s)[0],
     ),
     MNIST1D: LocalDataset(
         MNIST1D_SPEC,
         lambda s, k: _partition_of(s, mnist1d_split(s)[0], k),
         lambda s: mnist1d_split(s)[1],
+        lambda s: mnist1d_split(s)[0],
     ),
     SYNTHETIC: LocalDataset(
-        SYNTHETIC_SPEC, lambda s, k: _synthetic_split(s, k)[0], _synthetic_test
+        SYNTHETIC_SPEC, lambda s, k: _synthetic_split(s, k)[0], _synthetic_test, None
     ),
 }
 
@@ -197,6 +217,7 @@ def _file_dataset(dataset: str) -> LocalDataset | None:
         DataSpec(shape, int(y.max()) + 1),
         lambda s, k: _partition(s, data, k),
         lambda s: _split(s, data)[1],
+        lambda s: _split(s, data)[0],
     )
 
 
@@ -226,6 +247,19 @@ def server_test_split(settings: Settings) -> ArrayData:
     """The centralized evaluation set kept at the server."""
     local = _local(settings.dataset)
     return _hub_split(settings.dataset, "test") if local is None else local.server_test(settings)
+
+
+def server_validation_split(settings: Settings) -> ArrayData | None:
+    """The validation split kept at the server (None when ``validation-fraction`` is 0)."""
+    if settings.validation_fraction == 0:
+        return None
+    local = _local(settings.dataset)
+    if local is None or local.train is None:
+        raise ValueError(
+            f"validation-fraction = {settings.validation_fraction} needs a data set split at the "
+            f"server (digits, mnist1d or your own files); dataset = {settings.dataset!r} is not"
+        )
+    return carve_validation(settings, local.train(settings))[1]
 
 
 def _iid(settings: Settings) -> Partitioner:

@@ -120,6 +120,13 @@ class Settings:
         exclusive_maximum=True,
         doc="share of the data held out at the server for centralized evaluation",
     )
+    validation_fraction: float = _spec(
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_maximum=True,
+        doc="share of the training data the server keeps as a validation split, evaluated "
+        "every round beside the test split (0: none)",
+    )
     partitioner: str = _spec(table=True, doc="how training data is split over clients")
     dirichlet_alpha: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="concentration of the dirichlet partitioner"
@@ -354,6 +361,11 @@ class Settings:
                 f"partitioner = {self.partitioner!r} splits a data set over the clients; "
                 "dataset = 'synthetic' is generated per client (its heterogeneity: "
                 "synthetic-alpha, synthetic-beta)"
+            )
+        if self.dataset == "synthetic" and self.validation_fraction > 0:
+            raise ConfigError(
+                "validation-fraction needs a data set split at the server; dataset = "
+                "'synthetic' is generated per client"
             )
         if self.dataset == "synthetic" and self.model == "cnn":
             raise ConfigError(

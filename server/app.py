@@ -12,7 +12,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
-from common.data import data_spec, server_test_split
+from common.data import data_spec, server_test_split, server_validation_split
 from common.flower_polls import shorten_grid_pull
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
@@ -147,6 +147,7 @@ def main(grid: Grid, context: Context) -> None:
     profiles = catalog.assign(settings.device_mix, settings.num_clients)
     spec = data_spec(settings)
     test = server_test_split(settings)
+    validation = server_validation_split(settings)
     workload = check_workload(settings.model, spec, seed=settings.seed)
     model = build_model(settings.model, spec, seed=settings.seed)
     layout = Layout.of_model(model)
@@ -208,11 +209,18 @@ def main(grid: Grid, context: Context) -> None:
             )
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        result = evaluate(model, layout.flatten(arrays), test)
+        vector = layout.flatten(arrays)
+        result = evaluate(model, vector, test)
         if server_round == 0:
             recorder.record_initial(result.accuracy, result.loss)
         else:
-            row = recorder.record_round(strategy.stats[server_round], result.accuracy, result.loss)
+            checked = None if validation is None else evaluate(model, vector, validation)
+            row = recorder.record_round(
+                strategy.stats[server_round],
+                result.accuracy,
+                result.loss,
+                None if checked is None else (checked.accuracy, checked.loss),
+            )
             log(INFO, "edgeflex: %s", progress_line(row, settings.num_server_rounds))
         return MetricRecord({"accuracy": result.accuracy, "loss": result.loss})
 

@@ -82,7 +82,14 @@ class RunRecorder:
         self._initial_accuracy, self._initial_loss = accuracy, loss
         self._start = time.perf_counter()
 
-    def record_round(self, stats: RoundStats, accuracy: float, loss: float) -> dict[str, Any]:
+    def record_round(
+        self,
+        stats: RoundStats,
+        accuracy: float,
+        loss: float,
+        validation: tuple[float, float] | None = None,
+    ) -> dict[str, Any]:
+        """One round's line; ``validation``: (accuracy, loss) on the validation split, if any."""
         row: dict[str, Any] = {
             "round": stats.round,
             "virtual_time_s": stats.virtual_time_s,
@@ -103,10 +110,19 @@ class RunRecorder:
                 extra.pop(key, None)
         extra["train_loss"] = _finite_or_none(extra["train_loss"])
         row.update(extra)
+        if validation is not None:  # absent without a validation split, as before it existed
+            row["validation_accuracy"], row["validation_loss"] = validation
         with self.rounds_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         self._rounds.append(row)
         return row
+
+    def _validation_summary(self) -> dict[str, Any]:
+        """A20, S20, M20 of the validation split, when the run had one."""
+        accuracies = [r["validation_accuracy"] for r in self._rounds if "validation_accuracy" in r]
+        if not accuracies:
+            return {}
+        return {"validation_last_rounds": LastRounds.of(accuracies).as_record()}
 
     def finish(self) -> dict[str, Any]:
         """Write ``summary.json`` and ``accuracy.png``; return the summary."""
@@ -121,6 +137,7 @@ class RunRecorder:
             "final_loss": rounds[-1]["loss"] if rounds else None,
             # A20, S20, M20: the last rounds' mean, spread and worst (server/last_rounds.py)
             "last_rounds": LastRounds.of(accuracies).as_record() if rounds else None,
+            **self._validation_summary(),
             "virtual_time_s": rounds[-1]["virtual_time_s"] if rounds else 0.0,
             "wall_time_s": time.perf_counter() - self._start,
             "bytes_up": sum(r["bytes_up"] for r in rounds),

@@ -62,6 +62,7 @@ NEW_SETTINGS = {
     "short-polls": False,
     "synthetic-alpha": 1.0,
     "synthetic-beta": 1.0,
+    "validation-fraction": 0.0,
     "virtual-time-budget-s": 0.0,
 }
 RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
