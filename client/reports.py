@@ -33,11 +33,16 @@ def reports(
     if not compression.report_gain and compression.adaptive_ratio is None:
         return None, None
     compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
+    # A round at ratio c sends ceil(c x size) weights beside the buffers: over the weights
+    # alone that is the ratio c x size / weights.
+    scale = 1.0
     if always_sent.size:
         compensated = np.delete(compensated, always_sent)
-    gains = gain_curve(compensated, DEFAULT_GAIN_GRID) if compression.report_gain else None
+        scale = update.size / max(1, compensated.size)
+    grid = [c * scale for c in DEFAULT_GAIN_GRID] if scale != 1.0 else DEFAULT_GAIN_GRID
+    gains = gain_curve(compensated, grid) if compression.report_gain else None
     share = None
     if compression.adaptive_ratio is not None:
-        kept = gain_curve(compensated, [compression.adaptive_ratio])[0]
+        kept = gain_curve(compensated, [compression.adaptive_ratio * scale])[0]
         share = smoothed_residual_share(state, 1.0 - kept)
     return gains, share

@@ -118,7 +118,7 @@ def build_strategy(
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
             defence=ROBUST[settings.robust](settings),
-            server_optimizer=server_optimizer(settings),
+            server_optimizer=server_optimizer(settings, always),
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),

@@ -16,7 +16,7 @@ from common.rates import STREAM_OFF, rate_span
 from common.settings import Settings
 from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import Defence
+from strategies.collectives.base import Defence, Indices
 from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
 from strategies.policies.robust import Clip, ClipScreen, Median, NoDefence, TrimmedMean
 from strategies.policies.server_optimizer import (
@@ -73,8 +73,9 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     return CR_SCHEDULES[settings.cr_schedule](settings)
 
 
-def server_optimizer(settings: Settings) -> ServerOptimizer:
-    """The server-optimizer table's entry, with the step settings it reads."""
+def server_optimizer(settings: Settings, buffers: Indices) -> ServerOptimizer:
+    """The server-optimizer table's entry, with the step settings it reads; ``buffers`` (the
+    model's, by position) take the aggregate as it is."""
     step = ServerStepSettings(
         learning_rate=settings.server_learning_rate,
         momentum=settings.server_momentum,
@@ -82,7 +83,7 @@ def server_optimizer(settings: Settings) -> ServerOptimizer:
         beta2=settings.server_beta2,
         tau=settings.server_tau,
     )
-    return SERVER_OPTIMIZERS[settings.server_optimizer](step)
+    return SERVER_OPTIMIZERS[settings.server_optimizer](step, buffers)
 
 
 # robust -> the defence (strategies/policies/robust.py)

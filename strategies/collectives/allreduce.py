@@ -206,8 +206,9 @@ class ResidualHints:
         self.age: NDArray[np.float64] | None = None  # rounds of accumulation, counting the next
         self.rate: NDArray[np.float64] | None = None  # NaN: never sent
 
-    def estimate(self, update: Sparse) -> NDArray[np.float64]:
-        """Observe this round's aggregate; the estimated residual of the next round."""
+    def estimate(self, update: Sparse, excluded: Indices) -> NDArray[np.float64]:
+        """Observe this round's aggregate; the estimated residual of the next round. The
+        typical rate is the weights' (``excluded``: the buffers, sent every round)."""
         if self.age is None or self.rate is None or self.age.size != update.size:
             self.age = np.ones(update.size)
             self.rate = np.full(update.size, np.nan)
@@ -216,7 +217,9 @@ class ResidualHints:
         self.age += 1.0
         self.age[sent] = 1.0
         known = np.isfinite(self.rate)
-        typical = float(np.median(self.rate[known])) if known.any() else 1.0
+        rated = known.copy()
+        rated[excluded] = False
+        typical = float(np.median(self.rate[rated])) if rated.any() else 1.0
         typical = typical if typical > 0 else 1.0
         rate = np.where(known, np.maximum(self.rate, self.RATE_FLOOR * typical), typical)
         return rate * self.age
@@ -224,7 +227,7 @@ class ResidualHints:
     def next_index_set(
         self, update: Sparse, k: int, hints: Hints, excluded: Indices
     ) -> Indices | None:
-        score = self.estimate(update)
+        score = self.estimate(update, excluded)
         votes = np.zeros(update.size)
         for weight, indices in hints:
             votes[indices] += weight
@@ -269,14 +272,16 @@ def implausible_claims(participants: Sequence[Participant]) -> dict[int, str]:
     return reasons
 
 
-def shared_index_factor(participants: Sequence[Participant]) -> float:
+def shared_index_factor(participants: Sequence[Participant], chosen: NDArray[np.bool_]) -> float:
     """Mean over clients (by examples) of ||e[I]||² / ||TopK(e)||²: how much of its own Top-k
-    energy a client sent at the leader's indices (1 for the leader)."""
+    energy a client sent at the leader's indices (1 for the leader). Both over the weights:
+    ``chosen`` marks the entries of I that are not buffers, as TopK(e) leaves buffers out."""
     shares, weights = [], []
     for p in participants:
         values, norm2 = p.contribution, p.reply.topk_norm2 or 0.0
         if isinstance(values, np.ndarray):
-            energy = float(values.astype(np.float64) @ values)
+            at = values[chosen]
+            energy = float(at.astype(np.float64) @ at)
             shares.append(min(1.0, energy / norm2) if norm2 > 0 else 1.0)
             weights.append(p.num_examples)
     return float(np.average(shares, weights=weights))
@@ -405,7 +410,8 @@ class Allreduce:
             plan, participants, index_set, content_nbytes(content), replies, leader, own_indices
         )
         accepted = screened(plan, accepted, VALUES_ACTION)
-        factor = shared_index_factor(accepted) if accepted else None
+        chosen = ~np.isin(index_set, self.always_sent)
+        factor = shared_index_factor(accepted, chosen) if accepted else None
         return self._aggregate(plan, index_set, accepted, factor)
 
     def _leader_indices(

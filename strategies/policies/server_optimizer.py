@@ -7,7 +7,9 @@ the round's pseudo-gradient. ``sgd`` applies η·Δ, and at η = 1 exactly Δ (t
 records as before). The others keep moments at the server and step every coordinate, so
 under Top-k the step is dense even where Δ is sparse: it travels to the replicas as a delta
 over the whole model (bit for bit what the server applies). Error feedback at the clients is
-unchanged, whatever the server does with Δ.
+unchanged, whatever the server does with Δ. A model's buffers (batch-norm statistics,
+counters: ``plain``) are moving averages, not gradients, so they always take Δ as it is: a
+momentum or a scaled step would overshoot them (a running variance below zero).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from strategies.collectives.base import DenseUpdate, Update
+from strategies.collectives.base import DenseUpdate, Indices, Update
 from wire.codec import Sparse
 
 Moments = NDArray[np.float64]
@@ -45,9 +47,12 @@ def _dense(delta: Update) -> Moments:
     return (delta.dense() if isinstance(delta, Sparse) else delta.vector).astype(np.float64)
 
 
-def _like(delta: Update, step: Moments) -> Update:
-    """``step`` in the kind of ``delta``: a compressed round's replicas follow a Sparse."""
+def _like(delta: Update, step: Moments, plain: Indices) -> Update:
+    """``step`` in the kind of ``delta`` (a compressed round's replicas follow a Sparse), with
+    the aggregate itself at the ``plain`` positions."""
     values = step.astype(np.float32)
+    if plain.size:
+        values[plain] = _dense(delta)[plain].astype(np.float32)
     if isinstance(delta, Sparse):
         return Sparse(np.arange(delta.size, dtype=np.int64), values, delta.size)
     return DenseUpdate(values)
@@ -58,15 +63,18 @@ class AsAggregated:
 
     name: ClassVar[str] = "sgd"
 
-    def __init__(self, settings: ServerStepSettings) -> None:
-        self.learning_rate = settings.learning_rate
+    def __init__(self, settings: ServerStepSettings, plain: Indices) -> None:
+        self.learning_rate, self.plain = settings.learning_rate, plain
 
     def step(self, delta: Update) -> Update:
         if self.learning_rate == 1.0:
             return delta
+        size = delta.size if isinstance(delta, Sparse) else delta.vector.size
+        rate = np.full(size, np.float32(self.learning_rate), dtype=np.float32)
+        rate[self.plain] = 1.0
         if isinstance(delta, Sparse):
-            return Sparse(delta.indices, delta.values * np.float32(self.learning_rate), delta.size)
-        return DenseUpdate(delta.vector * np.float32(self.learning_rate))
+            return Sparse(delta.indices, delta.values * rate[delta.indices], delta.size)
+        return DenseUpdate(delta.vector * rate)
 
 
 class Momentum:
@@ -74,24 +82,26 @@ class Momentum:
 
     name: ClassVar[str] = "fedavgm"
 
-    def __init__(self, settings: ServerStepSettings) -> None:
+    def __init__(self, settings: ServerStepSettings, plain: Indices) -> None:
         self.learning_rate, self.momentum = settings.learning_rate, settings.momentum
+        self.plain = plain
         self.velocity: Moments | None = None
 
     def step(self, delta: Update) -> Update:
         d = _dense(delta)
         self.velocity = d if self.velocity is None else self.momentum * self.velocity + d
-        return _like(delta, self.learning_rate * self.velocity)
+        return _like(delta, self.learning_rate * self.velocity, self.plain)
 
 
 class Adam:
-    """FedAdam (Reddi et al.; Flower's FedAdam, with its bias-corrected step size):
-    m ← β1·m + (1 − β1)·Δ, v ← β2·v + (1 − β2)·Δ², step η_t·m / (√v + τ)."""
+    """FedAdam (Reddi et al.): m ← β1·m + (1 − β1)·Δ, v ← β2·v + (1 − β2)·Δ², step
+    η_t·m / (√v + τ), with Kingma and Ba's bias correction η_t = η·√(1 − β2^t) / (1 − β1^t),
+    t counting steps from 1 (Flower's FedAdam corrects with t + 1; Reddi et al. do not)."""
 
     name: ClassVar[str] = "fedadam"
 
-    def __init__(self, settings: ServerStepSettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: ServerStepSettings, plain: Indices) -> None:
+        self.settings, self.plain = settings, plain
         self.rounds = 0
         self.first: Moments | None = None
         self.second: Moments | None = None
@@ -111,7 +121,8 @@ class Adam:
         second = np.zeros_like(d) if self.second is None else self.second
         self.first = s.beta1 * first + (1.0 - s.beta1) * d
         self.second = self._second(second, d * d)
-        return _like(delta, self._step_size() * self.first / (np.sqrt(self.second) + s.tau))
+        step = self._step_size() * self.first / (np.sqrt(self.second) + s.tau)
+        return _like(delta, step, self.plain)
 
 
 class Yogi(Adam):

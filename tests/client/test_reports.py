@@ -24,7 +24,9 @@ def test_the_gain_grid_leaves_the_buffers_out() -> None:
     asked = CompressionConfig(ratio=0.01, collective="allgather", report_gain=True)
     gains, share = reports(RecordDict(), update, asked, buffers)
     assert share is None
-    assert gains == gain_curve(np.delete(update, buffers), DEFAULT_GAIN_GRID)
+    # as many weights as a round at each ratio sends: ceil(c x 5000) of the 4990
+    scaled = [c * 5000 / 4990 for c in DEFAULT_GAIN_GRID]
+    assert gains == gain_curve(np.delete(update, buffers), scaled)
     # Counted, the ten buffers alone would hold most of the energy at c = 0.002 (k = 10).
     counted, _ = reports(RecordDict(), update, asked, NO_BUFFERS)
     assert counted is not None and gains is not None
@@ -37,6 +39,6 @@ def test_the_adaptive_residual_share_leaves_the_buffers_out() -> None:
     asked = CompressionConfig(ratio=0.01, collective="allgather", adaptive_ratio=0.002)
     gains, share = reports(RecordDict(), update, asked, buffers)
     assert gains is None
-    kept = gain_curve(np.delete(update, buffers), [0.002])[0]
+    kept = gain_curve(np.delete(update, buffers), [0.002 * 5000 / 4990])[0]
     assert share == pytest.approx(1.0 - kept)
     assert share > 0.8  # the weights' residual share, not the buffers'

@@ -115,4 +115,10 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
 
     leader = participant(0, 10, [3.0, 4.0], 25.0)  # its own Top-k: share 1
     other = participant(1, 30, [1.0, 0.0], 4.0)  # 1 of its Top-k energy 4: share 0.25
-    assert shared_index_factor([leader, other]) == pytest.approx((10 * 1 + 30 * 0.25) / 40)
+    every = np.ones(2, dtype=bool)
+    assert shared_index_factor([leader, other], every) == pytest.approx((10 * 1 + 30 * 0.25) / 40)
+    # A buffer in I (the second entry here) counts in neither ||e[I]||² nor ||TopK(e)||².
+    first = np.array([True, False])
+    assert shared_index_factor([leader, other], first) == pytest.approx(
+        (10 * 9 / 25 + 30 * 0.25) / 40
+    )
