@@ -112,9 +112,10 @@ def swap(name: str, at_round: int) -> None:
         kth, first_out = positions[order[k - 1]], positions[order[k]]
         return np.sort(np.append(kept[kept != kth], first_out))
 
-    with pytest.MonkeyPatch.context() as patch, seen_rounds.watching(patch):
-        patch.setattr(compress.topk, "_exact", other_way)  # the spy now only counts rounds
-        rounds = _run(name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compress.topk, "_exact", other_way)
+        with seen_rounds.watching(patch):  # inside: the spy wraps other_way and undoes first
+            rounds = _run(name)
     print(f"{name}: the first Top-k cut of round {at_round} made the other way")
     for got, want in zip(rounds, _golden(name), strict=True):
         gaps = _float_gaps(got, want)
