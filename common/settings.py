@@ -43,6 +43,7 @@ TABLES = {
     "model": "common.models:MODELS",
     "robust": "server.build:ROBUST",
     "server_optimizer": "strategies.policies.server_optimizer:SERVER_OPTIMIZERS",
+    "batch_norm_statistics": "strategies.policies.statistics:STATISTICS",
 }
 TIMINGS = ("modelled", "measured")
 # A value of a key that takes references: a callable named "package.module:attribute"
@@ -281,6 +282,16 @@ class Settings:
         doc="what the server does with the aggregate: sgd (adds it, x server-learning-rate), "
         "fedavgm, fedadam or fedyogi (Reddi et al. 2021)",
     )
+    batch_norm_statistics: str = _spec(
+        table=True,
+        doc="where the global model's batch-norm statistics come from: averaged (the clients' "
+        "running statistics) or recomputed (by the server at the new weights, on the "
+        "validation split)",
+    )
+    batch_norm_diagnosis: bool = _spec(
+        doc="record, per round, test accuracy with batch-norm statistics recomputed on the "
+        "validation split at the evaluated weights and at the previous round's weights"
+    )
     server_learning_rate: float = _spec(
         minimum=0.0, exclusive_minimum=True, doc="η, the server optimizer's step size"
     )
@@ -401,6 +412,11 @@ class Settings:
                 f"topology = {self.topology!r} charges the papers' formulas for float32 values; "
                 f"compressor = {self.compressor!r} can only be charged on the star topology"
             )
+        needs_validation = self.batch_norm_diagnosis or self.batch_norm_statistics == "recomputed"
+        if needs_validation and self.validation_fraction == 0:
+            key = "batch-norm-diagnosis" if self.batch_norm_diagnosis else "batch-norm-statistics"
+            raise ConfigError(f"{key}: recomputes statistics on the validation split, so it needs "
+                              "validation-fraction > 0")
         if self.short_polls:
             try:
                 check_flower()

@@ -12,6 +12,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
+from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import data_spec, server_test_split, server_validation_split
 from common.flower_polls import shorten_grid_pull
 from common.models import build_model
@@ -35,13 +36,14 @@ from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Indices
+from strategies.collectives.base import Indices, Vector
 from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.round_times import RoundTimes
+from strategies.policies.statistics import STATISTICS, Averaged, StatisticsPolicy
 from strategies.policies.weights import WEIGHTS
 from strategies.sampling import ClientSampler
 from timing.clock import ServerLink, VirtualClock
@@ -86,10 +88,15 @@ def resolve_results_dir(settings: Settings) -> Path:
 
 
 def build_strategy(
-    settings: Settings, clock: VirtualClock, layout: Layout, always_sent: Indices | None = None
+    settings: Settings,
+    clock: VirtualClock,
+    layout: Layout,
+    always_sent: Indices | None = None,
+    statistics: StatisticsPolicy | None = None,
 ) -> EdgeStrategy:
     """The strategy and its parts, as the settings choose them. ``always_sent``: positions of
-    the model's buffers, which compressed collectives send every round."""
+    the model's buffers, which compressed collectives send every round; ``statistics``: where
+    batch-norm statistics come from (default: the clients' averages)."""
     compressor = COMPRESSORS[settings.compressor]
     always = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
     allreduce = Allreduce(settings.leader, settings.index_policy, settings.index_hints, always)
@@ -119,6 +126,7 @@ def build_strategy(
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
             defence=ROBUST[settings.robust](settings),
             server_optimizer=server_optimizer(settings, always),
+            statistics=Averaged() if statistics is None else statistics,
         ),
         times=times,
         ledger=Ledger(clock, settings.topology, layout.size, settings.timing == "measured"),
@@ -175,7 +183,8 @@ def main(grid: Grid, context: Context) -> None:
     clock = VirtualClock(
         profiles, schedule, flops_per_sample=workload.train_flops_per_sample, server=server_link
     )
-    strategy = build_strategy(settings, clock, layout, buffer_positions(model))
+    statistics = STATISTICS[settings.batch_norm_statistics](model, validation)
+    strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
     first_round = 1
     if settings.resume_from:
         checkpoint = read_checkpoint(Path(settings.resume_from), settings.to_run_config())
@@ -208,9 +217,29 @@ def main(grid: Grid, context: Context) -> None:
                 ),
             )
 
+    evaluated: list[Vector] = []  # batch-norm-diagnosis: the previous round's model
+
+    def diagnose(vector: Vector) -> dict[str, float]:
+        """Test accuracy with batch-norm statistics recomputed on the validation split at the
+        evaluated weights, and at the previous round's weights (what clients could measure
+        at the start of a round)."""
+        assert validation is not None  # the settings ask for one
+        previous = evaluated[-1] if evaluated else vector
+        evaluated[:] = [vector]
+        positions = statistics_positions(model)
+        lagged = vector.copy()
+        lagged[positions] = recompute_statistics(model, previous, validation)[positions]
+        return {
+            "recomputed_accuracy": evaluate(
+                model, recompute_statistics(model, vector, validation), test
+            ).accuracy,
+            "lagged_recomputed_accuracy": evaluate(model, lagged, test).accuracy,
+        }
+
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         vector = layout.flatten(arrays)
         result = evaluate(model, vector, test)
+        diagnosis = diagnose(vector) if settings.batch_norm_diagnosis else {}
         if server_round == 0:
             recorder.record_initial(result.accuracy, result.loss)
         else:
@@ -220,6 +249,7 @@ def main(grid: Grid, context: Context) -> None:
                 result.accuracy,
                 result.loss,
                 None if checked is None else (checked.accuracy, checked.loss),
+                diagnosis,
             )
             log(INFO, "edgeflex: %s", progress_line(row, settings.num_server_rounds))
         return MetricRecord({"accuracy": result.accuracy, "loss": result.loss})

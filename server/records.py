@@ -88,8 +88,10 @@ class RunRecorder:
         accuracy: float,
         loss: float,
         validation: tuple[float, float] | None = None,
+        diagnosis: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        """One round's line; ``validation``: (accuracy, loss) on the validation split, if any."""
+        """One round's line; ``validation``: (accuracy, loss) on the validation split, if any;
+        ``diagnosis``: further figures of the round (batch-norm-diagnosis)."""
         row: dict[str, Any] = {
             "round": stats.round,
             "virtual_time_s": stats.virtual_time_s,
@@ -112,6 +114,7 @@ class RunRecorder:
         row.update(extra)
         if validation is not None:  # absent without a validation split, as before it existed
             row["validation_accuracy"], row["validation_loss"] = validation
+        row.update(diagnosis or {})
         with self.rounds_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         self._rounds.append(row)

@@ -44,6 +44,7 @@ from strategies.policies.lr import LearningRates
 from strategies.policies.ratio import RatioPolicy
 from strategies.policies.round_times import TRAIN_PHASE, RoundTimes
 from strategies.policies.server_optimizer import ServerOptimizer
+from strategies.policies.statistics import StatisticsPolicy
 from strategies.relay import Relay
 from strategies.replicas import Replicas
 from strategies.sampling import ClientSampler
@@ -76,6 +77,7 @@ class Policies:
     learning_rates: LearningRates
     defence: Defence
     server_optimizer: ServerOptimizer
+    statistics: StatisticsPolicy
 
 
 @dataclass
@@ -475,10 +477,14 @@ class EdgeStrategy(FedAvg):
             )
 
     def _apply(self, state: RoundState, aggregate: Aggregate) -> Vector:
-        """The new global model, by the server optimizer's step on the aggregate; the replicas
-        follow a compressed collective's step."""
+        """The new global model, by the server optimizer's step on the aggregate with the
+        batch-norm statistics as their policy sets them; the replicas follow a compressed
+        collective's step."""
         delta = aggregate.update if aggregate.participants else None
-        applied = None if delta is None else self.policies.server_optimizer.step(delta)
+        applied = None
+        if delta is not None:
+            step = self.policies.server_optimizer.step(delta)
+            applied = self.policies.statistics.settle(state.model, step)
         model = state.model if applied is None else applied.apply_to(state.model)
         if state.collective.compressed:
             self.replicas.advance(
