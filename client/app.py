@@ -27,7 +27,7 @@ from common.params import buffer_positions
 from common.settings import Settings
 from compress import COMPRESSORS
 from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import ActionHandler, ClientAction, ClientRound
+from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
 from wire.keys import IDENTIFY_ACTION, METRICS_KEY, TRAIN_S
 from wire.layout import Layout
 from wire.messages import (
@@ -70,10 +70,11 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
     began = time.perf_counter()
     compression = instruction.compression
     collective = COLLECTIVES[DENSE if compression is None else compression.collective]
-    buffers = buffer_positions(model)
+    whole = sent_whole(Layout.of_model(model), buffer_positions(model), settings.topk_dense_vectors)
     gains, share = (None, None)
     if compression is not None:
-        gains, share = reports(context.state, local.result.update, compression, buffers)
+        # a clip scales e as a whole: the gain grid and the residual share do not change
+        gains, share = reports(context.state, local.result.update, compression, whole)
     payload = collective.client_train(
         ClientRound(
             state=context.state,
@@ -82,7 +83,8 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
             layout=layout,
             compressor=COMPRESSORS[settings.compressor],
             rng=_compressor_rng(settings, local.partition_id, instruction.round.server_round, 0),
-            always_sent=buffers,
+            always_sent=whole,
+            error_feedback_clip=settings.error_feedback_clip,
         )
     )
     reply = TrainReply(

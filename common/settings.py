@@ -315,6 +315,20 @@ class Settings:
         exclusive_minimum=True,
         doc="fedadam, fedyogi: τ, added to the square root of the second moment",
     )
+    topk_dense_vectors: bool = _spec(
+        doc="compressed rounds send every array of at most one dimension (biases, norm scales "
+        "and shifts) whole beside the Top-k, as they send the buffers"
+    )
+    sparsity_warmup_rounds: int = _spec(
+        minimum=0,
+        doc="the first N rounds compress less: round t sends ratio c^(t/(N+1)) of the ratio c "
+        "the policy chose (Lin et al.'s DGC warm-up); 0 is off",
+    )
+    error_feedback_clip: float = _spec(
+        minimum=0.0,
+        doc="clients scale the compensated update e = update + residual to a norm of at most "
+        "this x the update's (outside what is sent whole); 0 is off",
+    )
     adaptive_delta: float = _spec(
         minimum=0.0,
         maximum=1.0,

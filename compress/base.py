@@ -79,8 +79,23 @@ class ErrorFeedback:
             raise ValueError(f"stored residual has {residual.size} entries, the model {size}")
         return cls(residual)
 
-    def compensate(self, update: Vector) -> Vector:
-        return update + self.residual
+    def compensate(
+        self, update: Vector, clip: float = 0.0, exempt: Indices | None = None
+    ) -> Vector:
+        """e = update + residual. With ``clip`` > 0, e is scaled so that its norm is at most
+        clip x the update's (both outside ``exempt``, the entries sent whole, which keep
+        their value): a residual grown large is released gradually and its excess dropped."""
+        compensated = update + self.residual
+        if clip <= 0.0:
+            return compensated
+        scaled = np.ones(update.size, dtype=bool)
+        if exempt is not None and exempt.size:
+            scaled[exempt] = False
+        bound = clip * float(np.linalg.norm(update[scaled].astype(np.float64)))
+        norm = float(np.linalg.norm(compensated[scaled].astype(np.float64)))
+        if norm > bound:
+            compensated[scaled] *= np.float32(bound / norm)
+        return compensated
 
     def keep(self, compensated: Vector, indices: Indices, decoded: Vector) -> None:
         """residual = e − what the receiver decodes (``decoded`` at ``indices``, 0 elsewhere)."""

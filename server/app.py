@@ -36,7 +36,7 @@ from server.evaluation import evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Indices, Vector
+from strategies.collectives.base import Indices, Vector, sent_whole
 from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
@@ -91,14 +91,16 @@ def build_strategy(
     settings: Settings,
     clock: VirtualClock,
     layout: Layout,
-    always_sent: Indices | None = None,
+    buffers: Indices | None = None,
     statistics: StatisticsPolicy | None = None,
 ) -> EdgeStrategy:
-    """The strategy and its parts, as the settings choose them. ``always_sent``: positions of
-    the model's buffers, which compressed collectives send every round; ``statistics``: where
+    """The strategy and its parts, as the settings choose them. ``buffers``: positions of the
+    model's buffers, which compressed collectives send whole every round (with
+    ``topk-dense-vectors``, every array of at most one dimension too); ``statistics``: where
     batch-norm statistics come from (default: the clients' averages)."""
     compressor = COMPRESSORS[settings.compressor]
-    always = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
+    buffers = np.zeros(0, dtype=np.int64) if buffers is None else buffers
+    always = sent_whole(layout, buffers, settings.topk_dense_vectors)
     allreduce = Allreduce(settings.leader, settings.index_policy, settings.index_hints, always)
     policy = allreduce.index_policy
     times = RoundTimes(
@@ -125,7 +127,7 @@ def build_strategy(
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
             defence=ROBUST[settings.robust](settings),
-            server_optimizer=server_optimizer(settings, always),
+            server_optimizer=server_optimizer(settings, buffers),
             statistics=Averaged() if statistics is None else statistics,
         ),
         times=times,

@@ -17,7 +17,13 @@ from common.settings import Settings
 from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence, Indices
-from strategies.policies.ratio import AdaptiveRatio, FixedRatio, Nsga2Ratio, RatioPolicy
+from strategies.policies.ratio import (
+    AdaptiveRatio,
+    FixedRatio,
+    Nsga2Ratio,
+    RatioPolicy,
+    SparsityWarmUp,
+)
 from strategies.policies.robust import Clip, ClipScreen, Median, NoDefence, TrimmedMean
 from strategies.policies.server_optimizer import (
     SERVER_OPTIMIZERS,
@@ -68,9 +74,14 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     """Dense rounds send everything; adaptive-delta > 0 replaces the fixed schedule."""
     if settings.strategy == "dense":
         return FixedRatio(1.0)
+    policy: RatioPolicy
     if settings.adaptive_delta > 0:
-        return AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
-    return CR_SCHEDULES[settings.cr_schedule](settings)
+        policy = AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
+    else:
+        policy = CR_SCHEDULES[settings.cr_schedule](settings)
+    if settings.sparsity_warmup_rounds:
+        policy = SparsityWarmUp(policy, settings.sparsity_warmup_rounds)
+    return policy
 
 
 def server_optimizer(settings: Settings, buffers: Indices) -> ServerOptimizer:

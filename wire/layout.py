@@ -34,6 +34,17 @@ class Layout:
     def size(self) -> int:
         return int(sum(int(np.prod(s)) for s in self.shapes))
 
+    def vector_positions(self) -> NDArray[np.int64]:
+        """Positions of the arrays of at most one dimension (biases, norm scales and shifts,
+        batch-norm statistics and counters) in the flat vector."""
+        positions, offset = [], 0
+        for shape in self.shapes:
+            n = int(np.prod(shape))
+            if len(shape) <= 1:
+                positions.append(np.arange(offset, offset + n, dtype=np.int64))
+            offset += n
+        return np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+
     @classmethod
     def of_model(cls, model: HasStateDict) -> Layout:
         state = model.state_dict()

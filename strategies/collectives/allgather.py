@@ -43,7 +43,9 @@ class Allgather:
     def client_train(job: ClientRound) -> ClientPayload:
         assert job.instruction.compression is not None
         size = job.update.size
-        compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
+        compensated = ErrorFeedback.from_state(job.state, size).compensate(
+            job.update, job.error_feedback_clip, job.always_sent
+        )
         k = topk_count(size, job.instruction.compression.ratio)
         indices = topk_with(compensated, k, job.always_sent)
         encoded = send_at(job.state, compensated, indices, job.compressor, job.rng)

@@ -82,7 +82,9 @@ def _train(job: ClientRound) -> ClientPayload:
     Leader: hold e, report ||TopK(e)||² (the VAR score)."""
     assert job.instruction.compression is not None
     size = job.update.size
-    compensated = ErrorFeedback.from_state(job.state, size).compensate(job.update)
+    compensated = ErrorFeedback.from_state(job.state, size).compensate(
+        job.update, job.error_feedback_clip, job.always_sent
+    )
     if job.instruction.index_set is not None:
         encoded = send_at(
             job.state, compensated, job.instruction.index_set, job.compressor, job.rng

@@ -48,6 +48,16 @@ class ClientRound:
     # Entries sent every round beside the Top-k: the model's buffers (batch-norm statistics
     # are moving averages, not gradients: held back by error feedback they overshoot)
     always_sent: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    error_feedback_clip: float = 0.0  # ||e|| at most this x ||update|| (0: no bound)
+
+
+def sent_whole(layout: Layout, buffers: Indices, dense_vectors: bool) -> Indices:
+    """The entries a compressed round sends whole beside its Top-k: the model's buffers, and
+    with ``topk-dense-vectors`` every array of at most one dimension (biases, norm scales and
+    shifts: few entries whose error-feedback release would come in bursts)."""
+    if not dense_vectors:
+        return buffers
+    return np.union1d(buffers, layout.vector_positions())
 
 
 @dataclass(frozen=True)

@@ -137,3 +137,34 @@ class AdaptiveRatio:
 
     def record(self) -> dict[str, Any]:
         return {"adaptive": self.vote}
+
+
+class SparsityWarmUp:
+    """Deep Gradient Compression's warm-up (Lin et al., ICLR 2018): the first ``rounds`` rounds
+    send more than the policy chose, ratio c^(t/(rounds+1)) in round t, so error feedback
+    starts from residuals that grow gradually; then the policy's c itself."""
+
+    def __init__(self, inner: RatioPolicy, rounds: int) -> None:
+        self.inner, self.rounds = inner, rounds
+
+    @property
+    def preferred_collective(self) -> str | None:
+        return self.inner.preferred_collective
+
+    def choose(self, server_round: int, times: RoundTimes) -> float:
+        ratio = self.inner.choose(server_round, times)
+        if server_round > self.rounds:
+            return ratio
+        return float(ratio ** (server_round / (self.rounds + 1)))
+
+    def config(self, ratio: float, collective: str) -> CompressionConfig:
+        return self.inner.config(ratio, collective)
+
+    def check(self, reply: TrainReply) -> None:
+        self.inner.check(reply)
+
+    def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
+        self.inner.observe(trained, aggregate)
+
+    def record(self) -> dict[str, Any]:
+        return self.inner.record()
