@@ -3,6 +3,7 @@
     .venv/bin/python -m scripts.compare flexcomm              # configs/compare/flexcomm.toml
     .venv/bin/python -m scripts.compare smoke --out /tmp/smoke --jobs 1
     make compare NAME=flexcomm
+    .venv/bin/python -m scripts.compare resnet --runs 'auto-c0.01-*' --seeds 42,7
 
 Each (run, seed) is one ``scripts.run_simulation`` process (its own SuperLink, stopped by PID)
 writing to ``<out>/<run>/seed-<seed>/`` with its terminal output in ``run.log`` there. A run
@@ -177,9 +178,10 @@ def report(comparison: compare_spec.Comparison, jobs: Sequence[Job], out: Path) 
         configs.setdefault(
             job.run, json.loads((job.results_dir / "summary.json").read_text())["config"]
         )
-    if comparison.baseline not in results:
-        raise RuntimeError(f"the baseline {comparison.baseline!r} has no finished run")
     baselines = comparison.baselines()
+    missing = sorted({baselines[run] for run in results} - set(results))
+    if missing:
+        raise RuntimeError(f"the baseline(s) {', '.join(map(repr, missing))} have no finished run")
     table = compare_table.summarise(results, baselines)
     seeds = len(comparison.seeds)
     written = [out / "comparison.csv", out / "comparison.md"]
@@ -212,13 +214,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("comparison", help="a name in configs/compare/ or a .toml path")
     parser.add_argument("--out", type=Path, default=None, help="default results/compare/NAME")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="only runs matching these comma-separated name patterns (e.g. 'resnet-*'), "
+        "with their baselines",
+    )
+    parser.add_argument(
+        "--seeds", default=None, help="only these comma-separated seeds of the file's"
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        comparison = compare_spec.load(compare_spec.find(args.comparison))
-    except ConfigError as exc:
+        comparison = compare_spec.subset(
+            compare_spec.load(compare_spec.find(args.comparison)),
+            None if args.runs is None else args.runs.split(","),
+            None if args.seeds is None else [int(s) for s in args.seeds.split(",")],
+        )
+    except (ConfigError, ValueError) as exc:
         print(f"edgeflex: bad comparison: {exc}", file=sys.stderr)
         return 2
     out = (args.out or DEFAULT_OUT / comparison.name).resolve()

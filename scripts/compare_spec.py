@@ -22,10 +22,12 @@ Every run's configuration is resolved and validated (with each seed) before anyt
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +167,29 @@ def load(path: Path) -> Comparison:
             except ConfigError as exc:
                 raise ConfigError(f"{path}: run {run.name!r} (seed {seed}): {exc}") from None
     return comparison
+
+
+def subset(
+    comparison: Comparison, runs: Sequence[str] | None, seeds: Sequence[int] | None
+) -> Comparison:
+    """Only the runs whose names match one of the ``runs`` patterns (fnmatch), with the
+    baselines they are compared to, under ``seeds`` (each one of the file's); None keeps all."""
+    chosen = comparison.runs
+    if runs is not None:
+        matched = {r.name for r in comparison.runs if any(fnmatch(r.name, p) for p in runs)}
+        if not matched:
+            raise ConfigError(f"{comparison.name}: no run matches {', '.join(runs)}")
+        baselines = comparison.baselines()
+        matched |= {baselines[name] for name in matched}
+        chosen = tuple(r for r in comparison.runs if r.name in matched)
+    if seeds is not None:
+        unknown = sorted(set(seeds) - set(comparison.seeds))
+        if unknown:
+            raise ConfigError(
+                f"{comparison.name}: seed(s) {unknown} are not among the file's {comparison.seeds}"
+            )
+    return dataclasses.replace(
+        comparison,
+        runs=chosen,
+        seeds=comparison.seeds if seeds is None else tuple(dict.fromkeys(seeds)),
+    )

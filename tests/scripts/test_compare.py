@@ -110,3 +110,20 @@ def test_records_from_before_a_setting_existed_count_when_its_default_is_asked(
     newer = old | {"virtual-time-budget-s": 0.0}
     (job.results_dir / "summary.json").write_text(json.dumps({"config": newer}))
     assert job.done
+
+
+def test_a_subset_keeps_the_matching_runs_their_baselines_and_the_seeds_asked() -> None:
+    resnet = compare_spec.load(compare_spec.find("resnet"))
+    chosen = compare_spec.subset(resnet, ["auto-c0.01-*"], [7])
+    assert [r.name for r in chosen.runs] == [
+        "dense-c1",
+        "auto-c0.01-c1",
+        "dense-c2",
+        "auto-c0.01-c2",
+    ]
+    assert chosen.seeds == (7,)
+    assert compare_spec.subset(resnet, None, None) == resnet
+    with pytest.raises(ConfigError, match="no run matches"):
+        compare_spec.subset(resnet, ["nothing-*"], None)
+    with pytest.raises(ConfigError, match=r"seed\(s\) \[5\]"):
+        compare_spec.subset(resnet, None, [5])
