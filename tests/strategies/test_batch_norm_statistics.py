@@ -1,6 +1,8 @@
 """Batch-norm statistics recomputed at the weights (common/batch_norm.py) and the policy that
 puts them into the global model (strategies/policies/statistics.py)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -155,3 +157,38 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
         assert replica is not None
         np.testing.assert_allclose(replica, before_last, atol=1e-6)
     assert not any(strategy.stats[r].refused for r in range(1, 4))
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_the_diagnosis_records_accuracy_with_recomputed_statistics(tmp_path: Path) -> None:
+    """batch-norm-diagnosis: every round's line has the test accuracy with statistics
+    recomputed at the evaluated weights and at the previous round's; with the statistics
+    recomputed by the server itself, the first equals the accuracy as evaluated."""
+    import json
+
+    from scripts.in_process import InProcessGrid, run_server_app
+    from scripts.run_simulation import resolve_settings
+
+    rows = {}
+    for policy in ("averaged", "recomputed"):
+        settings = resolve_settings(
+            {
+                "num-clients": 3,
+                "num-server-rounds": 3,
+                "model": "mlp-bn",
+                "validation-fraction": 0.1,
+                "batch-norm-diagnosis": True,
+                "batch-norm-statistics": policy,
+                "results-dir": str(tmp_path / policy),
+            }
+        )
+        run_server_app(InProcessGrid(settings))
+        lines = (tmp_path / policy / "rounds.jsonl").read_text().splitlines()
+        rows[policy] = [json.loads(line) for line in lines]
+    for row in rows["averaged"] + rows["recomputed"]:
+        assert 0.0 <= row["recomputed_accuracy"] <= 1.0
+        assert 0.0 <= row["lagged_recomputed_accuracy"] <= 1.0
+    averaged = rows["averaged"]
+    assert any(r["recomputed_accuracy"] != r["accuracy"] for r in averaged)  # they differ
+    for row in rows["recomputed"]:
+        assert row["recomputed_accuracy"] == pytest.approx(row["accuracy"], abs=1.5 / 360)

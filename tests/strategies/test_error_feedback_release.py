@@ -86,4 +86,3 @@ def test_clip_keeps_the_residual_within_its_bound_in_a_federation() -> None:
         residuals = [load_vector(c.state, RESIDUAL_KEY) for c in grid.contexts.values()]
         norms[clip] = max(float(np.linalg.norm(r)) for r in residuals if r is not None)
     assert norms[1.5] < 0.8 * norms[0.0]
-
