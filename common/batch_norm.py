@@ -27,6 +27,12 @@ def batch_norms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
     ]
 
 
+def _counter(layer: nn.modules.batchnorm._BatchNorm) -> torch.Tensor:
+    counter = layer.num_batches_tracked
+    assert counter is not None  # a layer that tracks running statistics counts its batches
+    return counter
+
+
 def recompute_statistics(
     model: nn.Module, vector: NDArray[np.float32], data: ArrayData
 ) -> NDArray[np.float32]:
@@ -39,7 +45,7 @@ def recompute_statistics(
     if len(data) == 0:
         raise ValueError("cannot recompute batch-norm statistics without samples")
     vector_to_model(model, vector)
-    counters = [layer.num_batches_tracked.clone() for layer in layers]
+    counters = [_counter(layer).clone() for layer in layers]
     momenta = [layer.momentum for layer in layers]
     for layer in layers:
         layer.reset_running_stats()
@@ -50,7 +56,7 @@ def recompute_statistics(
             model(torch.from_numpy(np.ascontiguousarray(data.x)))
     finally:
         for layer, counter, momentum in zip(layers, counters, momenta, strict=True):
-            layer.num_batches_tracked.copy_(counter)
+            _counter(layer).copy_(counter)
             layer.momentum = momentum
     return model_to_vector(model)
 
