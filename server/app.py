@@ -12,7 +12,6 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
-from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import data_spec, server_test_split, server_validation_split
 from common.flower_polls import shorten_grid_pull
 from common.models import build_model
@@ -32,11 +31,11 @@ from server.build import (
     train_config_record,
 )
 from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from server.evaluation import evaluate
+from server.evaluation import BatchNormDiagnosis, evaluate
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Indices, Vector, sent_whole
+from strategies.collectives.base import Indices, sent_whole
 from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
@@ -219,29 +218,14 @@ def main(grid: Grid, context: Context) -> None:
                 ),
             )
 
-    evaluated: list[Vector] = []  # batch-norm-diagnosis: the previous round's model
-
-    def diagnose(vector: Vector) -> dict[str, float]:
-        """Test accuracy with batch-norm statistics recomputed on the validation split at the
-        evaluated weights, and at the previous round's weights (what clients could measure
-        at the start of a round)."""
-        assert validation is not None  # the settings ask for one
-        previous = evaluated[-1] if evaluated else vector
-        evaluated[:] = [vector]
-        positions = statistics_positions(model)
-        lagged = vector.copy()
-        lagged[positions] = recompute_statistics(model, previous, validation)[positions]
-        return {
-            "recomputed_accuracy": evaluate(
-                model, recompute_statistics(model, vector, validation), test
-            ).accuracy,
-            "lagged_recomputed_accuracy": evaluate(model, lagged, test).accuracy,
-        }
+    diagnose = (
+        BatchNormDiagnosis(model, validation, test) if settings.batch_norm_diagnosis else None
+    )
 
     def evaluate_global(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         vector = layout.flatten(arrays)
         result = evaluate(model, vector, test)
-        diagnosis = diagnose(vector) if settings.batch_norm_diagnosis else {}
+        diagnosis = {} if diagnose is None else diagnose(vector)
         if server_round == 0:
             recorder.record_initial(result.accuracy, result.loss)
         else:

@@ -31,7 +31,7 @@ from common.settings import ConfigError
 from strategies.edge import EdgeStrategy
 
 CHECKPOINT_NAME = "checkpoint.pkl"
-FORMAT = 1  # bumped when what a checkpoint holds changes
+FORMAT = 2  # bumped when what a checkpoint holds changes (2: the batch-norm statistics policy)
 
 # Keys a resumed run may change: how long it runs, where it writes, how it waits and saves.
 RESUMABLE_KEYS = frozenset(
