@@ -8,12 +8,15 @@ From the run's settings (and what the server itself sent), never from the client
   (the server cannot tell it from a lie);
 - wait-s: local steps × the largest batch at the slowest rate the set gives (modelled), or the
   round timeout (measured: a reply that waited longer would have missed the round);
+- the stream report itself: present exactly when the run streams (a streaming run's rate
+  weights and batches read it; a run without streams has nothing to read it for);
 - gain-grid: non-decreasing in c, 1 at c = 1 (it is a cumulative share of energy).
 A reply outside a bound is refused with what it claimed and the bound.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from wire.codec import short
@@ -28,6 +31,10 @@ class Bounds:
     max_rate: float  # samples/s (inf: streams off)
     max_wait_s: float  # per round
 
+    @property
+    def streaming(self) -> bool:
+        return math.isfinite(self.max_rate)
+
     def check(self, reply: TrainReply, local_steps: int, relayed: int) -> None:
         """ValueError naming the first claim outside its bound."""
         most = local_steps * (self.max_batch + relayed)
@@ -37,6 +44,10 @@ class Bounds:
                 f"({local_steps} steps x ({self.max_batch} batch + {relayed} relayed))"
             )
         stream = reply.stream
+        if self.streaming and stream is None:
+            raise ValueError("no stream report (stream-rate, wait-s, ...): this run streams")
+        if not self.streaming and stream is not None:
+            raise ValueError("a stream report, but this run's streams are off")
         if stream is not None:
             own = min(reply.num_examples, local_steps * self.max_batch)
             if stream.samples > own:

@@ -25,12 +25,12 @@ STREAM = StreamReport(rate=50.0, wait_s=1.0, buffer_samples=40, buffer_bytes=400
 @pytest.mark.parametrize(
     ("reply", "message"),
     [
-        (TrainReply(0, 10**12, 1.0), r"num-examples 1000000000000 exceeds 64 \(2 steps"),
+        (TrainReply(0, 10**12, 1.0, STREAM), r"num-examples 1000000000000 exceeds 64 \(2 steps"),
         (TrainReply(0, 64, 1.0, stream=StreamReport(1e300, 1, 1, 1, 32)), "stream-rate"),
         (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1e300, 1, 1, 32)), "wait-s"),
         (TrainReply(0, 32, 1.0, stream=StreamReport(50.0, 1.0, 1, 1, 33)), "stream-samples 33"),
-        (TrainReply(0, 8, 1.0, gains=[0.5, 0.4, 1.0]), "not non-decreasing"),
-        (TrainReply(0, 8, 1.0, gains=[0.5, 0.9]), "ends at 0.9"),
+        (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.4, 1.0]), "not non-decreasing"),
+        (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.9]), "ends at 0.9"),
     ],
 )
 def test_claims_outside_their_bounds_are_named(reply: TrainReply, message: str) -> None:
@@ -38,9 +38,20 @@ def test_claims_outside_their_bounds_are_named(reply: TrainReply, message: str) 
         BOUNDS.check(reply, local_steps=2, relayed=0)
 
 
+def test_a_stream_report_is_there_exactly_when_the_run_streams() -> None:
+    """A streaming run's rate weights read every reply's stream report: one without it was
+    accepted and then stopped the ServerApp (aggregation-weights = 'rate')."""
+    with pytest.raises(ValueError, match="no stream report .* this run streams"):
+        BOUNDS.check(TrainReply(0, 64, 1.0), local_steps=2, relayed=0)
+    off = Bounds(max_batch=32, max_rate=math.inf, max_wait_s=0.0)
+    off.check(TrainReply(0, 64, 1.0), local_steps=2, relayed=0)
+    with pytest.raises(ValueError, match="a stream report, but this run's streams are off"):
+        off.check(TrainReply(0, 64, 1.0, stream=STREAM), local_steps=2, relayed=0)
+
+
 def test_honest_claims_pass_and_relayed_samples_count() -> None:
     BOUNDS.check(TrainReply(0, 64, 1.0, stream=STREAM, gains=[0.1, 0.5, 1.0]), 2, relayed=0)
-    BOUNDS.check(TrainReply(0, 64 + 2 * 7, 1.0), local_steps=2, relayed=7)
+    BOUNDS.check(TrainReply(0, 64 + 2 * 7, 1.0, stream=STREAM), local_steps=2, relayed=7)
 
 
 def test_a_live_streams_measured_rate_may_pass_the_mark_by_five_percent() -> None:
@@ -147,3 +158,41 @@ def test_a_claim_is_judged_against_the_median_of_at_least_two_others() -> None:
     assert list(implausible_claims(_claiming([1.0, 2.0, 151.0]))) == [102]
     assert implausible_claims(_claiming([1.0, 0.005])) == {}  # of two, either may be the odd one
     assert implausible_claims(_claiming([0.0, 0.0, 5.0])) == {}  # nothing to scale by
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes_on() -> None:
+    """Rate weights (ScaDLES) read every accepted reply's rate: a reply with none of the five
+    stream metrics used to pass the bounds and stop the ServerApp in aggregate_train."""
+    from common.data import DIGITS_SPEC
+    from common.models import build_model
+    from common.params import model_to_vector
+    from server.app import build_strategy
+    from server.build import train_config_record
+    from tests.fuzz import PROFILE, MutatingGrid
+    from tests.helpers import unit_clock
+    from wire.keys import METRICS_KEY, STREAM_METRICS
+    from wire.layout import Layout
+
+    def strip(content):  # type: ignore[no-untyped-def]
+        for key in STREAM_METRICS:
+            del content.metric_records[METRICS_KEY][key]
+        return content
+
+    settings = settings_with(
+        num_clients=3, seed=5, stream_rates="S1", aggregation_weights="rate", batch_size=16
+    )
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
+    grid = MutatingGrid(settings, "train", 101, strip)
+    strategy.start(
+        grid=grid,  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=3,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    assert grid.hit == 101
+    refused = strategy.stats[2].refused
+    assert len(refused) == 1 and "no stream report" in refused[0]
+    assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
