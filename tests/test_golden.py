@@ -39,6 +39,8 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 # but one: robust = clip-screen (issue 14) clips one update of dense-cnn-dirichlet's round 4,
 # whose loss was re-recorded then.
 NEW_SETTINGS = {
+    "batch-norm-diagnosis": False,
+    "batch-norm-statistics": "averaged",
     "checkpoint-every": 0,
     "clients-per-round": 0,
     "resume-from": "",
@@ -46,6 +48,7 @@ NEW_SETTINGS = {
     "mnist1d-samples": 5000,
     "cr-progress-exponent": 0.5,
     "cr-ratio-ramp": 0.0,
+    "error-feedback-clip": 0.0,
     "index-hints": 0.25,
     "robust": "clip-screen",
     "robust-clip": 3.0,
@@ -60,8 +63,10 @@ NEW_SETTINGS = {
     "server-latency-ms": 0.0,
     "server-uplink-mbps": 0.0,
     "short-polls": False,
+    "sparsity-warmup-rounds": 0,
     "synthetic-alpha": 1.0,
     "synthetic-beta": 1.0,
+    "topk-dense-vectors": False,
     "validation-fraction": 0.0,
     "virtual-time-budget-s": 0.0,
 }
