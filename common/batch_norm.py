@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from common.data import ArrayData
-from common.params import model_to_vector, vector_to_model
+from common.params import model_to_vector, positions_of, vector_to_model
 
 
 def batch_norms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -70,9 +70,4 @@ def statistics_positions(model: nn.Module) -> NDArray[np.int64]:
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
         for stat in ("running_mean", "running_var")
     }
-    positions, offset = [], 0
-    for name, tensor in model.state_dict().items():
-        if name in names:
-            positions.append(np.arange(offset, offset + tensor.numel(), dtype=np.int64))
-        offset += tensor.numel()
-    return np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+    return positions_of(model, names)

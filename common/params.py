@@ -13,15 +13,19 @@ def model_to_vector(model: nn.Module) -> NDArray[np.float32]:
     return torch.cat([t.detach().reshape(-1).float() for t in model.state_dict().values()]).numpy()
 
 
-def buffer_positions(model: nn.Module) -> NDArray[np.int64]:
-    """Positions of the model's buffers (batch-norm statistics, counters) in its flat vector."""
-    buffers = {name for name, _ in model.named_buffers()}
+def positions_of(model: nn.Module, names: set[str]) -> NDArray[np.int64]:
+    """Positions in the model's flat vector of the ``state_dict`` entries named."""
     positions, offset = [], 0
     for name, tensor in model.state_dict().items():
-        if name in buffers:
+        if name in names:
             positions.append(np.arange(offset, offset + tensor.numel(), dtype=np.int64))
         offset += tensor.numel()
     return np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+
+
+def buffer_positions(model: nn.Module) -> NDArray[np.int64]:
+    """Positions of the model's buffers (batch-norm statistics, counters) in its flat vector."""
+    return positions_of(model, {name for name, _ in model.named_buffers()})
 
 
 def vector_to_model(model: nn.Module, vector: NDArray[np.float32]) -> None:

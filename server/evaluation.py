@@ -43,16 +43,14 @@ class BatchNormDiagnosis:
             raise ValueError("batch-norm-diagnosis needs validation-fraction > 0")
         self.model, self.validation, self.test = model, validation, test
         self.positions = statistics_positions(model)
-        self.previous: NDArray[np.float32] | None = None
+        self.previous: NDArray[np.float32] | None = None  # last round's recomputed statistics
 
     def __call__(self, vector: NDArray[np.float32]) -> dict[str, float]:
-        previous = vector if self.previous is None else self.previous
-        self.previous = vector
         current = recompute_statistics(self.model, vector, self.validation)
+        statistics = current[self.positions]
         lagged = vector.copy()
-        lagged[self.positions] = recompute_statistics(self.model, previous, self.validation)[
-            self.positions
-        ]
+        lagged[self.positions] = statistics if self.previous is None else self.previous
+        self.previous = statistics
         return {
             "recomputed_accuracy": evaluate(self.model, current, self.test).accuracy,
             "lagged_recomputed_accuracy": evaluate(self.model, lagged, self.test).accuracy,

@@ -106,3 +106,21 @@ def unit_clock(
     """A virtual clock for a model of one training FLOP per sample: a device's FLOP/s reads
     as samples per second."""
     return VirtualClock(profiles, schedule, flops_per_sample=1.0)
+
+
+def assert_replicas_hold_the_model_before_last(strategy: Any, grid: Any, final: Any) -> None:
+    """Every client's replica is the global model the last round started from: ``final`` less
+    the last step the replicas were sent."""
+    import numpy as np
+
+    from client.replica import REPLICA_KEY
+    from compress.base import load_vector
+
+    delta = strategy.replicas.last_delta
+    assert delta is not None
+    before_last = final.copy()
+    before_last[delta.indices] -= delta.values
+    for context in grid.contexts.values():
+        replica = load_vector(context.state, REPLICA_KEY)
+        assert replica is not None
+        np.testing.assert_allclose(replica, before_last, atol=1e-6)

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
-from client.replica import REPLICA_KEY
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from compress import COMPRESSORS
-from compress.base import ErrorFeedback, load_vector
+from compress.base import ErrorFeedback
 from compress.topk_q8 import LEVELS, QUANTISED, SCALE, TopKQ8
 from strategies.collectives.allgather import Allgather
+from tests.helpers import assert_replicas_hold_the_model_before_last
 from tests.strategies.test_error_feedback import _job
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import PayloadError, Sparse, raw_array
@@ -142,12 +142,7 @@ def test_federated_rounds_with_8_bit_values(collective: str) -> None:
     final, strategy, grid = _run(_settings(compressor="topk-q8", **common), rounds=4)
     baseline, float32, _ = _run(_settings(**common), rounds=4)
     # Replicas stay equal to the server's model (the downlink is not quantised).
-    delta = strategy.replicas.last_delta
-    assert delta is not None
-    before_last = final.copy()
-    before_last[delta.indices] -= delta.values
-    for context in grid.contexts.values():
-        np.testing.assert_allclose(load_vector(context.state, REPLICA_KEY), before_last, atol=1e-6)
+    assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # Uplink: values shrink to a quarter; indices (allgather) stay.
     phase = "train" if collective == "allgather" else "values"
     up = {

@@ -14,6 +14,7 @@ from common.params import model_to_vector
 from common.settings import ConfigError, settings_with
 from strategies.collectives.base import DenseUpdate
 from strategies.policies.statistics import STATISTICS, Averaged, Recomputed
+from tests.helpers import assert_replicas_hold_the_model_before_last
 from wire.codec import Sparse
 
 
@@ -100,11 +101,9 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     """Top-k rounds on the batch-norm MLP with statistics recomputed on a validation split:
     the global model's statistics are its weights' own, and every replica holds the model
     the last round started from."""
-    from client.replica import REPLICA_KEY
     from common.data import DIGITS_SPEC, server_validation_split
     from common.models import build_model
     from common.params import buffer_positions
-    from compress.base import load_vector
     from scripts.in_process import InProcessGrid
     from server.app import build_strategy
     from server.build import train_config_record
@@ -148,14 +147,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     np.testing.assert_allclose(
         final, recompute_statistics(model, final, validation), rtol=1e-5, atol=1e-6
     )
-    delta = strategy.replicas.last_delta
-    assert delta is not None
-    before_last = final.copy()
-    before_last[delta.indices] -= delta.values
-    for context in grid.contexts.values():
-        replica = load_vector(context.state, REPLICA_KEY)
-        assert replica is not None
-        np.testing.assert_allclose(replica, before_last, atol=1e-6)
+    assert_replicas_hold_the_model_before_last(strategy, grid, final)
     assert not any(strategy.stats[r].refused for r in range(1, 4))
 
 

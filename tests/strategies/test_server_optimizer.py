@@ -12,6 +12,7 @@ from strategies.policies.server_optimizer import (
     ServerStepSettings,
     Yogi,
 )
+from tests.helpers import assert_replicas_hold_the_model_before_last
 from wire.codec import Sparse
 
 REDDI = ServerStepSettings(learning_rate=0.1, momentum=0.9, beta1=0.9, beta2=0.99, tau=1e-3)
@@ -89,8 +90,6 @@ def test_momentum_zero_is_plain_averaging_bit_for_bit() -> None:
 def test_replicas_follow_an_adaptive_server_step_bit_for_bit(collective: str) -> None:
     """FedAdam's step covers every coordinate: it goes down as a delta over the whole model,
     and every replica equals the global model the clients trained from."""
-    from client.replica import REPLICA_KEY
-    from compress.base import load_vector
     from tests.strategies.test_topk_federation import _run, _settings
 
     settings = _settings(
@@ -103,11 +102,7 @@ def test_replicas_follow_an_adaptive_server_step_bit_for_bit(collective: str) ->
     final, strategy, grid = _run(settings, rounds=4)
     delta = strategy.replicas.last_delta
     assert delta is not None and delta.indices.size == final.size  # dense
-    before_last = final - delta.values
-    for context in grid.contexts.values():
-        replica = load_vector(context.state, REPLICA_KEY)
-        assert replica is not None
-        np.testing.assert_allclose(replica, before_last, atol=1e-6)
+    assert_replicas_hold_the_model_before_last(strategy, grid, final)
     assert not any(strategy.stats[r].refused for r in range(1, 5))
 
 

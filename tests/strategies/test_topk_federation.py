@@ -14,7 +14,7 @@ from server.build import train_config_record
 from strategies.collectives.allreduce import LEADERS
 from strategies.collectives.base import Participant
 from strategies.edge import EdgeStrategy
-from tests.helpers import unit_clock
+from tests.helpers import assert_replicas_hold_the_model_before_last, unit_clock
 from timing.devices import DeviceProfile
 from wire.codec import index_nbytes, topk_count
 from wire.layout import Layout
@@ -142,18 +142,9 @@ def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
     final, strategy, grid = _run(
         _settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
     )
-    from client.replica import REPLICA_KEY
-    from compress.base import load_vector
 
     # Each replica holds the model of the last instruction: the global before round 4's update.
-    delta = strategy.replicas.last_delta
-    assert delta is not None
-    before_last = final.copy()
-    before_last[delta.indices] -= delta.values
-    for context in grid.contexts.values():
-        replica = load_vector(context.state, REPLICA_KEY)
-        assert replica is not None
-        np.testing.assert_allclose(replica, before_last, atol=1e-6)
+    assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # After round 1 only sparse updates travel down, far smaller than the model.
     full = strategy.stats[1].bytes_down
     assert strategy.stats[4].bytes_down < full / 3
