@@ -234,7 +234,7 @@ class Settings:
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
     checkpoint_every: int = _spec(
         minimum=0,
-        doc="write a checkpoint (results-dir/checkpoint.pkl) every this many rounds and after "
+        doc="write a checkpoint (results-dir/checkpoint.npz) every this many rounds and after "
         "the last (0: never)",
     )
     resume_from: str = _spec(

@@ -188,7 +188,9 @@ def main(grid: Grid, context: Context) -> None:
     strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
     first_round = 1
     if settings.resume_from:
-        checkpoint = read_checkpoint(Path(settings.resume_from), settings.to_run_config())
+        checkpoint = read_checkpoint(
+            Path(settings.resume_from), settings.to_run_config(), fresh=strategy
+        )
         strategy = checkpoint.strategy
         strategy.forget_clients()  # their context.state did not survive (server/checkpoint.py)
         initial = layout.unflatten(checkpoint.model)

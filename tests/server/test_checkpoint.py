@@ -1,15 +1,29 @@
 """Checkpoint and resume, in process: a run that crashed after its last checkpoint, resumed
 with fresh clients (as a restarted simulation has), against the same run uninterrupted."""
 
+import io
+import json
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from common.settings import ConfigError
+from common.state_file import dump_state
 from scripts.in_process import InProcessGrid, run_server_app
 from scripts.run_simulation import parse_overrides, resolve_settings
-from server.checkpoint import CHECKPOINT_NAME, differing_keys
+from server import app as server_app
+from server.checkpoint import (
+    CHECKPOINT_NAME,
+    FORMAT,
+    MANIFEST,
+    _digest,
+    differing_keys,
+    read_checkpoint,
+)
 from server.records import read_rounds, without_wall_clock
 from wire.keys import CONFIG_KEY, SERVER_ROUND
 
@@ -106,3 +120,148 @@ def test_keys_a_resumed_run_may_change() -> None:
     now = {"seed": 1, "num-server-rounds": 9, "results-dir": "b", "learning-rate": 0.2}
     assert differing_keys(written, now) == ["learning-rate"]
     assert differing_keys(written, written | {"momentum": 0.9}) == ["momentum"]
+
+
+FAMILIES = {
+    "allreduce-var": f"{DENSE} strategy=topk collective=allreduce leader=var",
+    "adaptive": f"{DENSE} strategy=topk adaptive-delta=0.3",
+    "flagship": f"configs/flagship.toml {TOPK}",
+    "stream-persistence": (
+        f"{DENSE} strategy=topk stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
+        "buffer-capacity=64 lr-scaling=linear lr-scale-max=1.5 aggregation-weights=uniform"
+    ),
+    "sampled-ring": f"{DENSE} num-clients=4 clients-per-round=2 topology=ring strategy=topk",
+    "fedadam-recomputed": (
+        f"{DENSE} model=cnn1d-bn dataset=mnist1d mnist1d-samples=600 server-optimizer=fedadam "
+        "validation-fraction=0.2 batch-norm-statistics=recomputed strategy=topk"
+    ),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_strategy_read_from_a_checkpoint_is_the_one_written(
+    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every policy's state survives the file: the strategy rebuilt from it, written again,
+    gives the same tree and arrays as the strategy that wrote it."""
+    built: list[tuple[tuple[Any, ...], Any]] = []
+    build = server_app.build_strategy
+
+    def build_strategy(*args: Any) -> Any:
+        strategy = build(*args)
+        built.append((args, strategy))
+        return strategy
+
+    monkeypatch.setattr(server_app, "build_strategy", build_strategy)
+    settings = _settings(f"{FAMILIES[family]} num-server-rounds=3 checkpoint-every=3", tmp_path)
+    run_server_app(InProcessGrid(settings))
+    ((args, written),) = built
+    config = settings.to_run_config() | {"num-server-rounds": 4}
+    read = read_checkpoint(tmp_path, config, fresh=build(*args)).strategy
+    assert read is not written
+    tree, arrays = dump_state(written)
+    tree_again, arrays_again = dump_state(read)
+    assert tree_again == tree
+    assert arrays_again.keys() == arrays.keys()
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(arrays_again[key], array)
+
+
+class _RunsCode:
+    """Unpickling this touches a file: what a crafted pickle would do with a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+def _stopped_run(tmp_path: Path) -> Path:
+    stopped = tmp_path / "stopped"
+    run_server_app(
+        InProcessGrid(_settings(f"{TOPK} num-server-rounds=2 checkpoint-every=1", stopped))
+    )
+    return stopped
+
+
+def _rewrite(path: Path, change: Any, rehash: bool) -> None:
+    """Rewrite the archive at ``path`` with ``change(manifest, members)`` applied."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    manifest = json.loads(members.pop(MANIFEST))
+    change(manifest, members)
+    if rehash:
+        with np.load(path, allow_pickle=False) as arrays:
+            held = {k: arrays[k] for k in arrays.files if k != MANIFEST}
+        manifest["sha256"] = _digest(manifest, held)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(MANIFEST, json.dumps(manifest))
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def _resume(stopped: Path, tmp_path: Path) -> None:
+    resumed = f"{TOPK} num-server-rounds=3 resume-from={stopped}"
+    run_server_app(InProcessGrid(_settings(resumed, tmp_path / "resumed")))
+
+
+def test_a_pickled_checkpoint_is_refused_without_running_it(tmp_path: Path) -> None:
+    marker = tmp_path / "code-ran"
+    for name in ("checkpoint.pkl", CHECKPOINT_NAME):  # as edgeflex wrote it, or renamed
+        stopped = tmp_path / name
+        stopped.mkdir()
+        (stopped / name).write_bytes(pickle.dumps(_RunsCode(marker)))
+        with pytest.raises(ConfigError, match="is a pickle .* edgeflex never reads one"):
+            _resume(stopped, tmp_path)
+    assert not marker.exists()
+    pickle.loads((stopped / CHECKPOINT_NAME).read_bytes())  # the file did hold code
+    assert marker.exists()
+
+
+def test_a_changed_foreign_or_newer_checkpoint_is_refused_with_the_reason(tmp_path: Path) -> None:
+    stopped = _stopped_run(tmp_path)
+    path = stopped / CHECKPOINT_NAME
+
+    def later_round(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["rows"][0]["accuracy"] = 0.99
+
+    _rewrite(path, later_round, rehash=False)
+    with pytest.raises(ConfigError, match="does not match its SHA-256: it was changed"):
+        _resume(stopped, tmp_path)
+
+    def newer(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["edgeflex-checkpoint"] = FORMAT + 1
+
+    _rewrite(path, newer, rehash=True)
+    with pytest.raises(ConfigError, match=f"a newer edgeflex .*format {FORMAT + 1}"):
+        _resume(stopped, tmp_path)
+
+    def foreign_class(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["edgeflex-checkpoint"] = FORMAT
+        manifest["strategy"]["$object"] = "subprocess:Popen"
+
+    _rewrite(path, foreign_class, rehash=True)
+    with pytest.raises(ConfigError, match="'subprocess:Popen' is not a class of edgeflex's own"):
+        _resume(stopped, tmp_path)
+
+    (stopped / "other.npz").write_bytes(b"not an archive")
+    with pytest.raises(ConfigError, match="not an edgeflex checkpoint"):
+        _resume(stopped / "other.npz", tmp_path)
+
+
+def test_an_array_claiming_more_than_it_holds_is_refused_before_it_is_allocated(
+    tmp_path: Path,
+) -> None:
+    stopped = _stopped_run(tmp_path)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_2_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (10**12, 64)}
+    )
+
+    def huge(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        members["model.npy"] = header.getvalue() + b"\0" * 64
+
+    _rewrite(stopped / CHECKPOINT_NAME, huge, rehash=False)
+    with pytest.raises(ConfigError, match="model.npy: claims 512000000000000 bytes of data"):
+        _resume(stopped, tmp_path)
