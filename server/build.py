@@ -110,14 +110,16 @@ ROBUST: dict[str, Callable[[Settings], Defence]] = {
 def bounds(settings: Settings) -> Bounds:
     """What the server can justify of clients' reports in this run (strategies/bounds.py)."""
     max_batch = settings.batch_max if settings.batch_policy == "rate" else settings.batch_size
+    timeout = settings.round_timeout_s
+    sample_bytes = 4 * data_spec(settings).num_features + 8  # common.data.ArrayData
     if settings.stream_rates == STREAM_OFF:
-        return Bounds(max_batch, math.inf, 0.0)
+        return Bounds(max_batch, math.inf, 0.0, timeout, settings.buffer_capacity, sample_bytes)
     slowest, fastest = rate_span(settings.stream_rates, settings.num_clients)
     if settings.timing == "measured":
-        longest = settings.round_timeout_s  # a reply that waited longer missed the round
+        longest = timeout  # a reply that waited longer missed the round
     else:
         longest = settings.local_steps * max_batch / slowest * 1.01  # arrival rounding
-    return Bounds(max_batch, fastest, longest)
+    return Bounds(max_batch, fastest, longest, timeout, settings.buffer_capacity, sample_bytes)
 
 
 def relay(settings: Settings) -> Relay | None:

@@ -266,6 +266,7 @@ class EdgeStrategy(FedAvg):
                 defence=self.policies.defence,
                 measure=self.ledger.measure,
                 log=RoundLog(),
+                max_compress_s=self.bounds.max_compress_s,
             ),
             model_payloads=payload_counts,
             sampling=sampling,
@@ -388,6 +389,9 @@ class EdgeStrategy(FedAvg):
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
                 reply = TrainReply.parse(msg.content, self.num_clients)
+                unread = sorted(set(msg.content.array_records) - self._reply_arrays(state))
+                if unread:
+                    raise ValueError(f"records nobody reads this round: {', '.join(unread)}")
                 self.identities.check(node, reply.partition_id, claims, state.bytes_down)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
@@ -429,6 +433,11 @@ class EdgeStrategy(FedAvg):
         wall_s = self.ledger.wall_s()
         plan.log.phases.append(Phase(TRAIN_PHASE, works, wall_s, sum(state.bytes_down.values())))
         return accepted
+
+    def _reply_arrays(self, state: RoundState) -> frozenset[str]:
+        """The array records a training reply of this round may carry."""
+        injected = frozenset() if self.relay is None else frozenset({INJECT_KEY})
+        return state.collective.reply_arrays(state.plan) | injected
 
     def _keep_shared(self, reply: TrainReply, shared: Samples) -> None:
         assert self.relay is not None and reply.shared is not None  # _shared checked both

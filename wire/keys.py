@@ -84,6 +84,7 @@ LIVE_METRICS = (
 RECEIVED_AT = "received-at"
 SENT_AT = "sent-at"
 TRAIN_S = "train-s"  # wall seconds of local SGD (training replies), part of the busy time
+MEASURED_METRICS = (RECEIVED_AT, SENT_AT, TRAIN_S)
 
 # --- message types ---------------------------------------------------------------------------
 TRAIN = "train"  # Flower's MessageType.TRAIN

@@ -55,6 +55,7 @@ from wire.keys import (
     LEARNING_RATE,
     LIVE_METRICS,
     LOCAL_STEPS,
+    MEASURED_METRICS,
     METRICS_KEY,
     MODEL_KEY,
     MODEL_VERSION,
@@ -355,6 +356,22 @@ def _all_or_none(metrics: Mapping[str, Any], keys: tuple[str, ...], what: str) -
     return True
 
 
+def only_known(content: RecordDict, arrays: frozenset[str], metrics: frozenset[str]) -> None:
+    """ValueError naming any record or metric a reply of this kind never carries (nobody would
+    read it, yet its bytes would be received and charged to the round), or a known record of
+    the wrong kind."""
+    unknown = sorted(set(content) - arrays - {METRICS_KEY})
+    if unknown:
+        raise ValueError(f"records nobody reads: {', '.join(unknown)}")
+    kinds = {name: content.array_records for name in arrays} | {METRICS_KEY: content.metric_records}
+    wrong = sorted(name for name in content if name not in kinds[name])
+    if wrong:
+        raise ValueError(f"records of the wrong kind: {', '.join(wrong)}")
+    extra = sorted(set(content.metric_records.get(METRICS_KEY, {})) - metrics)
+    if extra:
+        raise ValueError(f"metrics nobody reads: {', '.join(extra)}")
+
+
 @dataclass(frozen=True)
 class LiveCounts:
     """A live stream's running counts since its agent started: every sample that reached the
@@ -488,6 +505,24 @@ def with_samples(content: RecordDict, record: ArrayRecord) -> RecordDict:
     return out
 
 
+# What a training reply may carry; each collective and policy reads its part of it.
+TRAIN_REPLY_ARRAYS = frozenset({ARRAYS_KEY, SPARSE_KEY, INJECT_KEY, HINTS_KEY})
+TRAIN_REPLY_METRICS = frozenset(
+    {
+        PARTITION_ID,
+        NUM_EXAMPLES,
+        TRAIN_LOSS,
+        *STREAM_METRICS,
+        *LIVE_METRICS,
+        GAIN_GRID,
+        RESIDUAL_SHARE,
+        TOPK_NORM2,
+        COMPRESS_S,
+        *MEASURED_METRICS,
+    }
+)
+
+
 @dataclass(frozen=True)
 class TrainReply:
     """A training reply: the client's metrics and its payload (dense or compressed)."""
@@ -537,6 +572,7 @@ class TrainReply:
     @classmethod
     def parse(cls, content: RecordDict, num_clients: int) -> TrainReply:
         """Check the metrics every training reply carries; the arrays are kept as they came."""
+        only_known(content, TRAIN_REPLY_ARRAYS, TRAIN_REPLY_METRICS)
         if METRICS_KEY not in content.metric_records:
             raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
         metrics = content.metric_records[METRICS_KEY]
@@ -553,8 +589,9 @@ class TrainReply:
         if not isinstance(num_examples, int) or num_examples <= 0:
             raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
         loss = metrics[TRAIN_LOSS]
-        if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
-            raise ValueError(f"train-loss {loss!r} is not a finite number")
+        valid = isinstance(loss, int | float) and not isinstance(loss, bool)
+        if not valid or not math.isfinite(loss) or loss < 0:  # a cross-entropy is >= 0
+            raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
         arrays = content.array_records
         return cls(
             partition_id=partition_id,
@@ -598,8 +635,9 @@ def _gains(metrics: Mapping[str, Any]) -> list[float] | None:
     return [float(g) for g in gains]
 
 
-def compress_s_of(content: RecordDict) -> float | None:
-    """A reply's compress-s (None when it has none); ValueError when it is not a time."""
+def compress_s_of(content: RecordDict, most: float = math.inf) -> float | None:
+    """A reply's compress-s (None when it has none); ValueError when it is not a time of at
+    most ``most`` seconds."""
     if METRICS_KEY not in content.metric_records:
         return None
     value = content.metric_records[METRICS_KEY].get(COMPRESS_S)
@@ -609,6 +647,8 @@ def compress_s_of(content: RecordDict) -> float | None:
         raise ValueError(f"compress-s {value!r} is not a non-negative number")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"compress-s {value!r} is not a non-negative number")
+    if value > most:
+        raise ValueError(f"compress-s {value:g} exceeds the longest possible, {most:g} s")
     return float(value)
 
 
@@ -626,6 +666,7 @@ class PhaseReply:
 
     @staticmethod
     def sparse_of(content: RecordDict) -> ArrayRecord:
+        only_known(content, frozenset({SPARSE_KEY}), frozenset({COMPRESS_S, *MEASURED_METRICS}))
         return required_sparse(content.array_records.get(SPARSE_KEY))
 
 

@@ -30,7 +30,7 @@ from strategies.collectives.base import (
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
 from strategies.collectives.maths import scatter_add
 from wire.codec import PayloadError, Sparse, index_nbytes, sparse_record, topk_count
-from wire.keys import TRAIN
+from wire.keys import SPARSE_KEY, TRAIN
 from wire.messages import TrainReply, required_sparse
 
 
@@ -53,6 +53,9 @@ class Allgather:
 
     def __init__(self, always_sent: Indices | None = None) -> None:
         self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
+
+    def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
+        return frozenset({SPARSE_KEY})
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Sparse:
         record = required_sparse(reply.sparse)

@@ -52,7 +52,15 @@ from wire.codec import (
     indices_record,
     topk_count,
 )
-from wire.keys import HINTS_KEY, INDICES_ACTION, TRAIN, TRAIN_INDICES, TRAIN_VALUES, VALUES_ACTION
+from wire.keys import (
+    HINTS_KEY,
+    INDICES_ACTION,
+    SPARSE_KEY,
+    TRAIN,
+    TRAIN_INDICES,
+    TRAIN_VALUES,
+    VALUES_ACTION,
+)
 from wire.messages import (
     PhaseReply,
     PhaseRequest,
@@ -323,6 +331,12 @@ class Allreduce:
             return 0
         return hint_count(self._index_set.size, self.index_policy.hint_share)
 
+    def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
+        if plan.index_set is None:
+            return frozenset()  # the leader's phases bring the values
+        hints = hint_count(plan.index_set.size, self.index_policy.hint_share)
+        return frozenset({SPARSE_KEY, HINTS_KEY} if hints else {SPARSE_KEY})
+
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | None:
         if plan.index_set is not None:
             self._hints_of(reply, plan)  # checked now: a bad hint refuses the reply
@@ -473,7 +487,7 @@ class Allreduce:
                 values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
                 if p is leader:  # its claim was about its own Top-k, without the buffers
                     self._check_claim(leader, values[np.isin(index_set, leader_indices)])
-                compress_s = compress_s_of(msg.content) or 0.0
+                compress_s = compress_s_of(msg.content, plan.max_compress_s) or 0.0
                 measured = plan.measure(msg)
             except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
                 plan.log.refuse(node, VALUES_ACTION, exc)

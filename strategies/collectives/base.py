@@ -201,6 +201,7 @@ class RoundPlan:
     defence: Defence  # how contributions combine (robust aggregation)
     measure: Measure  # measured times of a reply (None under modelled timing)
     log: RoundLog
+    max_compress_s: float = math.inf  # a phase reply's compress-s bound (strategies/bounds.py)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,11 @@ class Collective(Protocol):
     def client_train(job: ClientRound) -> ClientPayload: ...
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | Sparse | None: ...
+
+    def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
+        """The array records this round's training replies carry for the collective; the
+        strategy refuses any other (nobody would read it, yet it would be charged)."""
+        ...
 
     def round_index_set(self) -> Indices | None:
         """An index set that travels with this round's instructions, if the collective has one."""

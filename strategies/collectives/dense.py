@@ -39,6 +39,9 @@ class Dense:
     def client_train(job: ClientRound) -> ClientPayload:
         return ClientPayload(update=job.layout.unflatten(job.update))
 
+    def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
+        return frozenset({ARRAYS_KEY})
+
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector:
         if reply.update is None:
             raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")

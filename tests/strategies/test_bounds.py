@@ -2,10 +2,12 @@
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import Message
+from flwr.app import ArrayRecord, Message, RecordDict
 
 from common.settings import settings_with
 from scripts.in_process import InProcessGrid
@@ -16,10 +18,22 @@ from strategies.collectives.base import Participant
 from tests.helpers import reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
+from wire.codec import raw_array
+from wire.keys import ARRAYS_KEY, HINTS_KEY
 from wire.messages import LiveCounts, StreamReport, TrainReply
 
-BOUNDS = Bounds(max_batch=32, max_rate=100.0, max_wait_s=10.0)
-STREAM = StreamReport(rate=50.0, wait_s=1.0, buffer_samples=40, buffer_bytes=400, samples=32)
+BOUNDS = Bounds(
+    max_batch=32,
+    max_rate=100.0,
+    max_wait_s=10.0,
+    max_compress_s=60.0,
+    buffer_capacity=0,
+    sample_bytes=4 * 2 + 8,  # two features
+)
+STREAM = StreamReport(rate=50.0, wait_s=1.0, buffer_samples=40, buffer_bytes=640, samples=32)
+
+
+HUGE = LiveCounts(published=2**64, received=2**64, invalid=0, trained=2**64, dropped=0, buffered=0)
 
 
 @pytest.mark.parametrize(
@@ -31,6 +45,11 @@ STREAM = StreamReport(rate=50.0, wait_s=1.0, buffer_samples=40, buffer_bytes=400
         (TrainReply(0, 32, 1.0, stream=StreamReport(50.0, 1.0, 1, 1, 33)), "stream-samples 33"),
         (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.4, 1.0]), "not non-decreasing"),
         (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.9]), "ends at 0.9"),
+        (TrainReply(0, 64, 1e300, STREAM), "train-loss 1e[+]300 exceeds 10000"),
+        (TrainReply(0, 64, 1.0, STREAM, compress_s=1e300), "compress-s 1e[+]300 exceeds the round"),
+        (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1.0, 2**64 - 1, 0, 32)), "buffer-sam"),
+        (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1.0, 4, 65, 32)), "buffer-bytes 65"),
+        (TrainReply(0, 9, 1.0, stream=StreamReport(50.0, 1.0, 9, 144, 9, HUGE)), "live-published"),
     ],
 )
 def test_claims_outside_their_bounds_are_named(reply: TrainReply, message: str) -> None:
@@ -43,7 +62,7 @@ def test_a_stream_report_is_there_exactly_when_the_run_streams() -> None:
     accepted and then stopped the ServerApp (aggregation-weights = 'rate')."""
     with pytest.raises(ValueError, match="no stream report .* this run streams"):
         BOUNDS.check(TrainReply(0, 64, 1.0), local_steps=2, relayed=0)
-    off = Bounds(max_batch=32, max_rate=math.inf, max_wait_s=0.0)
+    off = replace(BOUNDS, max_rate=math.inf, max_wait_s=0.0)
     off.check(TrainReply(0, 64, 1.0), local_steps=2, relayed=0)
     with pytest.raises(ValueError, match="a stream report, but this run's streams are off"):
         off.check(TrainReply(0, 64, 1.0, stream=STREAM), local_steps=2, relayed=0)
@@ -56,13 +75,13 @@ def test_honest_claims_pass_and_relayed_samples_count() -> None:
 
 def test_a_live_streams_measured_rate_may_pass_the_mark_by_five_percent() -> None:
     live = LiveCounts(published=9, received=9, invalid=0, trained=9, dropped=0, buffered=0)
-    jittered = StreamReport(104.0, 1.0, 9, 90, 9, live=live)
+    jittered = StreamReport(104.0, 1.0, 9, 144, 9, live=live)
     BOUNDS.check(TrainReply(0, 9, 1.0, stream=jittered), local_steps=2, relayed=0)
     with pytest.raises(ValueError, match="stream-rate 104 exceeds the run's largest, 100"):
-        replayed = StreamReport(104.0, 1.0, 9, 90, 9)  # a replay's rate is exact
+        replayed = StreamReport(104.0, 1.0, 9, 144, 9)  # a replay's rate is exact
         BOUNDS.check(TrainReply(0, 9, 1.0, stream=replayed), local_steps=2, relayed=0)
     with pytest.raises(ValueError, match="stream-rate 106 exceeds the run's largest, 105"):
-        too_fast = StreamReport(106.0, 1.0, 9, 90, 9, live=live)
+        too_fast = StreamReport(106.0, 1.0, 9, 144, 9, live=live)
         BOUNDS.check(TrainReply(0, 9, 1.0, stream=too_fast), local_steps=2, relayed=0)
 
 
@@ -195,4 +214,40 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
     assert grid.hit == 101
     refused = strategy.stats[2].refused
     assert len(refused) == 1 and "no stream report" in refused[0]
+    assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
+
+
+def _with_record(name: str, size: int) -> Any:
+    def add(content: RecordDict) -> RecordDict:
+        content[name] = ArrayRecord({"junk": raw_array(np.zeros(size, dtype=np.uint8))})
+        return content
+
+    return add
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(
+    ("overrides", "name", "reason"),
+    [
+        ({}, "attachment", "records nobody reads: attachment"),
+        ({}, HINTS_KEY, f"records nobody reads this round: {HINTS_KEY}"),  # dense reads no hints
+        ({"strategy": "topk", "collective": "allgather"}, ARRAYS_KEY, "nobody reads this round"),
+    ],
+)
+def test_a_record_nobody_reads_is_refused_not_charged(
+    overrides: dict[str, Any], name: str, reason: str
+) -> None:
+    """A 4 MB record nobody read was accepted and charged to the virtual clock, so rate
+    batches grew to their cap: the reply is refused, and the round carries on without it."""
+    from tests.fuzz import MutatingGrid
+
+    settings = _settings(**overrides)
+    clean_strategy = _run(settings, rounds=3)[1]
+    grid = MutatingGrid(settings, "train", 101, _with_record(name, 4 << 20))
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    assert grid.hit == 101
+    (refused,) = strategy.stats[2].refused
+    assert refused.startswith("node 101") and reason in refused
+    assert strategy.stats[2].num_clients == 2
+    assert strategy.stats[2].bytes_up < clean_strategy.stats[2].bytes_up < 4 << 20
     assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
