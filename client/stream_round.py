@@ -68,7 +68,10 @@ def draw_stream_round(
     buffer = StreamBuffer.from_state(state, settings.buffer_policy, settings.buffer_capacity)
     batches, wait_s, peak = [], 0.0, 0
     for _ in range(local_steps):
-        at_s = start_s + wait_s if wall is None else max(source.clock_s, wall.now_s())
+        # A round the server accepted nobody in never reached its clock, so this round may
+        # start before the stream's last read: a device's time does not go back.
+        now_s = start_s + wait_s if wall is None else wall.now_s()
+        at_s = max(source.clock_s, now_s)
         step = next_step(
             source,
             buffer,

@@ -37,6 +37,7 @@ from strategies.collectives.base import (
     Vector,
     Weights,
 )
+from strategies.guard import UpdateGuard
 from strategies.identity import Identities
 from strategies.ledger import Ledger, RoundStats, own_samples
 from strategies.policies.collective import AutoCollective, FixedCollective
@@ -134,6 +135,7 @@ class EdgeStrategy(FedAvg):
         self.times = times
         self.ledger = ledger
         self.bounds = bounds
+        self.guard = UpdateGuard()  # a round that would destroy the model is not applied
         self.relay = relay
         self.sampler = sampler
         self.replicas = Replicas()
@@ -356,10 +358,10 @@ class EdgeStrategy(FedAvg):
         replies = list(replies)
         trained = self._accept_training(replies, state)
         self._note_failed(replies, trained, state)
-        self._note_batches(trained, state)
         started = time.perf_counter()
         aggregate = self._run(state, state.collective.program(state.plan, trained))
         aggregate_s = time.perf_counter() - started
+        self._note_batches(aggregate.participants, state)
         model = self._apply(state, aggregate)
         self._observe(state, trained, aggregate)
         self.stats[server_round] = self._record(state, aggregate, aggregate_s)
@@ -476,11 +478,12 @@ class EdgeStrategy(FedAvg):
             )
             log(WARNING, "%s; the round goes on without it", state.plan.log.failed[-1])
 
-    def _note_batches(self, trained: list[Participant], state: RoundState) -> None:
-        """For lr scaling: the global batch per local step of the round's own samples."""
-        if trained:
+    def _note_batches(self, aggregated: list[Participant], state: RoundState) -> None:
+        """For lr scaling: the global batch per local step of the round's own samples, counted
+        over the replies aggregated (a refused or screened reply sets nothing)."""
+        if aggregated:
             self.policies.learning_rates.observe(
-                global_batch=sum(own_samples(p) for p in trained) // state.local_steps,
+                global_batch=sum(own_samples(p) for p in aggregated) // state.local_steps,
                 batch_size=state.batch_size,
                 num_clients=self.num_clients,
             )
@@ -490,11 +493,19 @@ class EdgeStrategy(FedAvg):
         batch-norm statistics as their policy sets them; the replicas follow a compressed
         collective's step."""
         delta = aggregate.update if aggregate.participants else None
-        applied = None
-        if delta is not None:
+        model, applied = state.model, None
+        refusal = None if delta is None else self.guard.refuse_update(delta)
+        if delta is not None and refusal is None:
             step = self.policies.server_optimizer.step(delta)
             applied = self.policies.statistics.settle(state.model, step)
-        model = state.model if applied is None else applied.apply_to(state.model)
+            model = applied.apply_to(state.model)
+            refusal = self.guard.refuse_model(model)
+        if refusal is not None:  # the round's step is not applied (strategies/guard.py)
+            model, applied = state.model, None
+            state.plan.log.refused.append(f"round {state.server_round}: {refusal}; not applied")
+            log(WARNING, "edgeflex: round %d not applied: %s", state.server_round, refusal)
+        elif delta is not None:
+            self.guard.applied(delta)
         if state.collective.compressed:
             self.replicas.advance(
                 sent_to=state.bytes_down,

@@ -251,3 +251,37 @@ def test_a_record_nobody_reads_is_refused_not_charged(
     assert strategy.stats[2].num_clients == 2
     assert strategy.stats[2].bytes_up < clean_strategy.stats[2].bytes_up < 4 << 20
     assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
+
+
+class RefuseAllOfRound(InProcessGrid):
+    """Every training reply of round ``refused_round`` claims a negative loss (refused)."""
+
+    def __init__(self, settings, refused_round: int) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(settings)
+        self.refused_round, self.round = refused_round, 0
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train":
+            self.round += 1
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if self.round == self.refused_round:
+            for reply in replies:
+                reply.content.metric_records["metrics"]["train-loss"] = -1.0
+        return replies
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("buffer_policy", ["truncation", "persistence"])
+def test_streaming_clients_go_on_after_a_round_that_accepted_nobody(buffer_policy: str) -> None:
+    """Their streams were read through a round the server's clock never charged: the next
+    round's start is before their last read. They go on from where their streams are."""
+    settings = _settings(
+        stream_rates="S1", batch_policy="rate", buffer_policy=buffer_policy, local_steps=2
+    )
+    _, strategy, _ = _run(settings, rounds=4, grid=RefuseAllOfRound(settings, 2))
+    assert strategy.stats[2].num_clients == 0 and len(strategy.stats[2].refused) == 3
+    for later in (3, 4):
+        assert strategy.stats[later].num_clients == 3, strategy.stats[later].failed
