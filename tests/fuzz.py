@@ -48,6 +48,17 @@ MODES: dict[str, dict[str, object]] = {
         "batch_policy": "rate",
         "aggregation_weights": "rate",
     },
+    "streams-lr": {
+        "strategy": "dense",
+        "stream_rates": "S1",
+        "batch_policy": "rate",
+        "buffer_policy": "persistence",
+        "buffer_capacity": 1024,
+        "lr_scaling": "linear",
+        "lr_scale_max": 2.0,
+        "aggregation_weights": "rate",
+    },
+    "fedadam": {"strategy": "dense", "server_optimizer": "fedadam"},
     "injection": {"strategy": "dense", "injection_alpha": 0.34, "injection_beta": 0.5},
     "allgather": {"strategy": "topk", "collective": "allgather", "compression_ratio": 0.05},
     "allgather-q8-nsga2": {
@@ -58,6 +69,14 @@ MODES: dict[str, dict[str, object]] = {
         "compression_ratio": 0.05,
     },
     "adaptive": {"strategy": "topk", "compression_ratio": 0.05, "adaptive_delta": 1.0},
+    "allgather-release": {
+        "strategy": "topk",
+        "collective": "allgather",
+        "compression_ratio": 0.05,
+        "topk_dense_vectors": True,
+        "sparsity_warmup_rounds": 3,
+        "error_feedback_clip": 2.0,
+    },
     "allreduce-var": {
         "strategy": "topk",
         "collective": "allreduce",
@@ -80,10 +99,13 @@ MODES: dict[str, dict[str, object]] = {
 PHASES: dict[str, tuple[str, str, int | str]] = {
     "dense train": ("dense", "train", 101),
     "dense train, streams": ("dense-streams", "train", 101),
+    "dense train, streams + lr scaling": ("streams-lr", "train", 101),
+    "dense train, fedadam": ("fedadam", "train", 101),
     "dense train, injection": ("injection", "train", "sharer"),
     "allgather train": ("allgather", "train", 101),
     "allgather train, q8 + gains": ("allgather-q8-nsga2", "train", 101),
     "allgather train, adaptive": ("adaptive", "train", 101),
+    "allgather train, release controls": ("allgather-release", "train", 101),
     "allreduce train": ("allreduce-var", "train", 101),
     "allreduce indices": ("allreduce-var", "train.indices", "leader"),
     "allreduce values": ("allreduce-var", "train.values", 101),
@@ -132,6 +154,17 @@ def _metric(content: RecordDict, rng: random.Random) -> RecordDict:
         metrics.pop(key, None)
     else:
         metrics[key] = rng.choice(BAD_VALUES)  # type: ignore[assignment]
+    return out
+
+
+def _extra_metric(content: RecordDict, rng: random.Random) -> RecordDict:
+    out = _copy(content)
+    metrics = next(iter(out.metric_records.values()), None)
+    if metrics is None:
+        out["metrics"] = metrics = MetricRecord()
+    metrics[rng.choice(["attachment", "num-examples-2", "lr", "sent-at"])] = rng.choice(
+        [1.0, 2**62, [0.5] * 1000]
+    )
     return out
 
 
@@ -194,7 +227,7 @@ def _error(content: RecordDict, rng: random.Random) -> None:
 
 
 MUTATIONS: list[Mutation] = [_metric, _metric, _array, _array, _array, _drop_record]
-MUTATIONS += [_extra_record, _error]
+MUTATIONS += [_extra_record, _extra_metric, _error]
 
 
 _PARTITIONS: dict[tuple[object, ...], ArrayRecord] = {}
