@@ -8,9 +8,15 @@ to the server:
 - ``flip``: its update x −10 (sign-flipped), every round;
 - ``examples``: num-examples 10**12, every round;
 - ``var-claim``: ||TopK(e)||² claimed 1e300 (VAR leader), every round;
-- ``inject``: injected samples with features 1e30, every round.
+- ``inject``: injected samples with features 1e30, every round;
+- ``batch-claim``: honest updates, num-examples and stream-samples claimed 1024 (one local
+  step of the largest batch, within the bounds), every round: it would drive the linearly
+  scaled learning rate up;
+- ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round.
+The ``flagship`` mode is configs/flagship.toml (600 rounds) under its default defence.
 
     .venv/bin/python -m scripts.attacks --out /tmp/attacks             # all runs, two at a time
+    .venv/bin/python -m scripts.attacks --out /tmp/attacks --modes flagship --seeds 42
     .venv/bin/python -m scripts.attacks --out /tmp/attacks --table     # the table only
 """
 
@@ -37,6 +43,7 @@ from wire.keys import (
     METRICS_KEY,
     NUM_EXAMPLES,
     SPARSE_KEY,
+    STREAM_SAMPLES,
     TOPK_NORM2,
     TRAIN,
     TRAIN_VALUES,
@@ -51,18 +58,21 @@ MODES = {
     "allgather": "strategy=topk collective=allgather compression-ratio=0.01",
     "allreduce-var": "strategy=topk collective=allreduce leader=var compression-ratio=0.01",
     "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
+    "flagship": "configs/flagship.toml num-server-rounds=600",
 }
 DEFENCES = {
     "dense": ("none", "clip", "clip-screen", "trimmed-mean", "median"),
     "allgather": ("none", "clip", "clip-screen"),
     "allreduce-var": ("none", "clip", "clip-screen", "median"),
     "dense-injection": ("none", "clip", "clip-screen"),
+    "flagship": ("clip-screen",),
 }
 ATTACKS_OF_MODE = {
     "dense": ("scale", "huge-once", "flip", "examples"),
     "allgather": ("scale", "huge-once", "flip", "examples"),
     "allreduce-var": ("var-claim", "flip", "scale"),
     "dense-injection": ("inject",),
+    "flagship": ("batch-claim", "junk-record"),
 }
 
 
@@ -99,6 +109,18 @@ def _metric(key: str, value: float) -> Callable[[RecordDict, int], RecordDict]:
     return rewrite
 
 
+def _claim_batches(content: RecordDict, server_round: int) -> RecordDict:
+    for key in (NUM_EXAMPLES, STREAM_SAMPLES):
+        content = _metric(key, 1024)(content, server_round)
+    return content
+
+
+def _junk(content: RecordDict, server_round: int) -> RecordDict:
+    out = RecordDict(dict(content.items()))
+    out["attachment"] = ArrayRecord({"junk": raw_array(np.zeros(4 << 20, dtype=np.uint8))})
+    return out
+
+
 def _inject(content: RecordDict, server_round: int) -> RecordDict:
     x = np.full((4, 64), 1e30, dtype=np.float32)
     out = RecordDict(dict(content.items()))
@@ -113,6 +135,8 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "examples": _metric(NUM_EXAMPLES, 10**12),
     "var-claim": _metric(TOPK_NORM2, 1e300),
     "inject": _inject,
+    "batch-claim": _claim_batches,
+    "junk-record": _junk,
 }
 
 UPDATE_ATTACKS = {"scale", "huge-once", "flip"}
@@ -165,13 +189,17 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
         "seed": seed,
         "final": summary["final_accuracy"],
         "best": summary["best_accuracy"],
+        "a20": summary["last_rounds"]["mean_accuracy"],
     }
 
 
-def jobs(out: str, seeds: list[int]) -> list[tuple[str, str | None, str, int, str]]:
+def jobs(
+    out: str, seeds: list[int], modes: list[str] | None = None
+) -> list[tuple[str, str | None, str, int, str]]:
     return [
         (mode, attack, defence, seed, out)
         for mode, defences in DEFENCES.items()
+        if modes is None or mode in modes
         for attack in (None, *ATTACKS_OF_MODE[mode])
         for defence in defences
         for seed in seeds
@@ -179,7 +207,8 @@ def jobs(out: str, seeds: list[int]) -> list[tuple[str, str | None, str, int, st
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Final accuracy, mean over seeds, per (mode, attack) and defence."""
+    """A20 (mean accuracy of the last 20 rounds), mean over seeds, per (mode, attack) and
+    defence."""
     defences = ("none", "clip", "clip-screen", "trimmed-mean", "median")
     lines = [
         "| mode | attack | " + " | ".join(f"robust = {d}" for d in defences) + " |",
@@ -189,12 +218,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     for mode, attack in keys:
         cells = []
         for defence in defences:
-            finals = [
-                r["final"]
+            a20s = [
+                r["a20"]
                 for r in rows
                 if (r["mode"], r["attack"], r["defence"]) == (mode, attack, defence)
             ]
-            cells.append(f"{np.mean(finals):.4f}" if finals else "")
+            cells.append(f"{np.mean(a20s):.4f}" if a20s else "")
         lines.append(f"| {mode} | {attack} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -204,9 +233,10 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 7])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), help="default: all")
     parser.add_argument("--table", action="store_true", help="only the table of finished runs")
     args = parser.parse_args()
-    todo = jobs(args.out, args.seeds)
+    todo = jobs(args.out, args.seeds, args.modes)
     if args.table:
         rows = [run_one(j) for j in todo if _done(j)]
     else:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from logging import INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
@@ -479,11 +480,15 @@ class EdgeStrategy(FedAvg):
             log(WARNING, "%s; the round goes on without it", state.plan.log.failed[-1])
 
     def _note_batches(self, aggregated: list[Participant], state: RoundState) -> None:
-        """For lr scaling: the global batch per local step of the round's own samples, counted
-        over the replies aggregated (a refused or screened reply sets nothing)."""
+        """For lr scaling: the global batch per local step of the round's own samples, over the
+        replies aggregated (a refused or screened reply sets nothing). It is estimated as the
+        number of clients times the median of their samples: a sum would follow one client's
+        inflated claim (up to local steps x batch-max passes the bounds), the median is moved by
+        no minority of them."""
         if aggregated:
+            median = float(np.median([own_samples(p) for p in aggregated]))
             self.policies.learning_rates.observe(
-                global_batch=sum(own_samples(p) for p in aggregated) // state.local_steps,
+                global_batch=round(len(aggregated) * median) // state.local_steps,
                 batch_size=state.batch_size,
                 num_clients=self.num_clients,
             )
