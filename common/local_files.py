@@ -12,14 +12,18 @@ width) a model is built for. Errors name the file and what is wrong with it.
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from common.npy import read_npz
 from common.settings import ConfigError
 
+MAX_DATA_BYTES = 1 << 36  # 64 GiB: an array claiming more is refused before it is read
+MAX_CLASSES = 1 << 16  # a label this large is a mistake, not a class of a model built here
 Shape = tuple[int, int, int]
 Loaded = tuple[np.ndarray, np.ndarray, Shape]  # features (n, f) float32, labels (n,), shape
 LABEL = "label"
@@ -48,6 +52,8 @@ def _labels(path: Path, y: Any) -> np.ndarray:
         raise DataFileError(f"{path}: no samples")
     if labels.min() < 0:
         raise DataFileError(f"{path}: labels must be >= 0, got {int(labels.min())}")
+    if labels.max() >= MAX_CLASSES:
+        raise DataFileError(f"{path}: labels must be below {MAX_CLASSES}, got {int(labels.max())}")
     return labels.astype(np.int64)
 
 
@@ -64,19 +70,14 @@ def _features(path: Path, x: np.ndarray, count: int) -> tuple[np.ndarray, Shape]
 
 def load_npz(path: Path) -> Loaded:
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            missing = [key for key in ("x", "y") if key not in archive.files]
-            if missing:
-                raise DataFileError(
-                    f"{path}: missing array(s) {', '.join(missing)} (has {archive.files})"
-                )
-            x, y = archive["x"], archive["y"]
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, DataFileError):
-            raise
+        with zipfile.ZipFile(path) as archive:
+            arrays = read_npz(archive, ["x", "y"], MAX_DATA_BYTES)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise DataFileError(f"{path}: cannot read as .npz ({exc})") from exc
-    labels = _labels(path, y)
-    flat, shape = _features(path, x, len(labels))
+    except MemoryError:
+        raise DataFileError(f"{path}: its arrays do not fit in this machine's memory") from None
+    labels = _labels(path, arrays["y"])
+    flat, shape = _features(path, arrays["x"], len(labels))
     return flat, labels, shape
 
 
@@ -120,13 +121,29 @@ def load_parquet(path: Path) -> Loaded:
     return _table(path, "parquet")
 
 
+def _decode(file: str) -> np.ndarray:
+    """One image's pixels; DataFileError naming the file when it is not an image PIL can
+    read within its decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS)."""
+    from PIL import Image
+
+    try:
+        with Image.open(file) as image:
+            return np.asarray(image, dtype=np.float32)
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DataFileError(f"{file}: not a readable image ({exc})") from exc
+
+
 def load_imagefolder(path: Path) -> Loaded:
     if not path.is_dir():
         raise DataFileError(f"{path}: no such directory")
     table = _hf_local("imagefolder", data_dir=str(path))
     if "image" not in table.column_names or LABEL not in table.column_names:
         raise DataFileError(f"{path}: expected one sub-directory per class with images in it")
-    images = [np.asarray(image, dtype=np.float32) for image in table["image"]]
+    import datasets
+
+    # Decoded here, one file at a time, so that a bad file is named.
+    files = table.cast_column("image", datasets.Image(decode=False))["image"]
+    images = [_decode(file["path"]) for file in files]
     sizes = {image.shape for image in images}
     if len(sizes) != 1:
         raise DataFileError(f"{path}: images differ in size ({sorted(sizes)})")

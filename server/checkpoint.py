@@ -28,10 +28,11 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
+from common.npy import read_member
 from common.settings import ConfigError
 from common.state_file import StateError, dump_state, load_state
 from strategies.edge import EdgeStrategy
@@ -118,25 +119,6 @@ def differing_keys(written: Mapping[str, Any], now: Mapping[str, Any]) -> list[s
     return sorted(k for k in keys if written.get(k) != now.get(k))
 
 
-def _read_array(member: IO[bytes], size: int, name: str) -> np.ndarray:
-    """One ``.npy`` member, its header checked against its size before anything is allocated."""
-    version = np.lib.format.read_magic(member)
-    read_header = {
-        (1, 0): np.lib.format.read_array_header_1_0,
-        (2, 0): np.lib.format.read_array_header_2_0,
-    }.get(version)
-    if read_header is None:
-        raise ValueError(f"{name}: .npy version {version} is not one edgeflex writes")
-    shape, fortran_order, dtype = read_header(member)
-    if dtype.hasobject:
-        raise ValueError(f"{name}: an array of Python objects")
-    claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    if claimed != size - member.tell():
-        raise ValueError(f"{name}: claims {claimed} bytes of data and holds {size - member.tell()}")
-    data = np.frombuffer(bytearray(member.read(claimed)), dtype=dtype)  # writable, as written
-    return data.reshape(shape, order="F" if fortran_order else "C")
-
-
 def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with path.open("rb") as fh:
         magic = fh.read(4)
@@ -164,7 +146,7 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 if not name.endswith(".npy") or "/" in name:
                     raise ValueError(f"a member {name!r} that is not an array")
                 with archive.open(each) as member:
-                    arrays[name.removesuffix(".npy")] = _read_array(member, each.file_size, name)
+                    arrays[name.removesuffix(".npy")] = read_member(member, each.file_size, name)
     except (zipfile.BadZipFile, ValueError, RecursionError, EOFError, OSError) as exc:
         raise ConfigError(
             f"resume-from: {path} is not a readable edgeflex checkpoint: {exc}"

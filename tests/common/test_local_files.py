@@ -1,5 +1,7 @@
 """Your own data from local files: npz, csv, parquet and image folders, offline."""
 
+import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,35 @@ def _imagefolder(tmp_path: Path, sizes: tuple[int, ...] = (8, 8, 8, 8)) -> Path:
     return root
 
 
+def _huge_npz(tmp_path: Path) -> Path:
+    """An npz whose ``x`` header claims 10^12 x 64 floats (and holds none)."""
+    path = tmp_path / "data.npz"
+    header = io.BytesIO()
+    np.lib.format.write_array_header_2_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (10**12, 64)}
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", header.getvalue())
+        y = io.BytesIO()
+        np.lib.format.write_array(y, np.zeros(2, dtype=np.int64))
+        archive.writestr("y.npy", y.getvalue())
+    return path
+
+
+def _bad_image(tmp_path: Path, content: bytes) -> Path:
+    root = _imagefolder(tmp_path)
+    (root / "dog" / "bad.png").write_bytes(content)
+    return root
+
+
+def _bomb() -> bytes:
+    """A small PNG of more pixels than PIL's decompression-bomb limit allows (2x)."""
+    out = io.BytesIO()
+    side = int((2 * Image.MAX_IMAGE_PIXELS) ** 0.5) + 2
+    Image.new("1", (side, side)).save(out, format="PNG")
+    return out.getvalue()
+
+
 def test_each_kind_of_file_gives_features_labels_and_the_sample_shape(tmp_path: Path) -> None:
     x, y = _blobs()
     loaded_x, loaded_y, shape = load_npz(_npz(tmp_path, x=x.reshape(-1, 2, 3), y=y))
@@ -71,7 +102,14 @@ def test_parquet_is_read_like_csv(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda tmp: f"npz:{_npz(tmp, x=np.zeros((3, 2)))}", r"data.npz: missing array\(s\) y"),
+        (lambda tmp: f"npz:{_npz(tmp, x=np.zeros((3, 2)))}", r"data.npz: .*\(no array 'y'"),
+        (lambda tmp: f"npz:{_huge_npz(tmp)}", "x.npy: claims 512000000000000 bytes of data"),
+        (
+            lambda tmp: f"npz:{_npz(tmp, x=np.zeros((2, 2)), y=np.array([0, 2**40]))}",
+            "labels must be below 65536, got 1099511627776",
+        ),
+        (lambda tmp: f"imagefolder:{_bad_image(tmp, b'not a png')}", r"dog/bad.png: not a read"),
+        (lambda tmp: f"imagefolder:{_bad_image(tmp, _bomb())}", r"dog/bad.png: .*decompression"),
         (
             lambda tmp: f"npz:{_npz(tmp, x=np.zeros((3, 2)), y=np.array([0.5, 1, 2]))}",
             "labels must be integers",
