@@ -5,7 +5,10 @@ batch norm or group norm; or the user's own, named ``package.module:factory``.""
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
+import sys
+import types
 from collections.abc import Callable
 
 import torch
@@ -182,6 +185,8 @@ def model_factory(name: str) -> ModelFactory:
             f"unknown model {name!r}; allowed: {', '.join(MODELS)}, or package.module:factory"
         )
     module_name, attribute = name.split(":")
+    if module_name.split(".")[0] in sys.stdlib_module_names:
+        raise ValueError(f"model = {name!r}: {module_name!r} is Python's, not a model's module")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -189,7 +194,31 @@ def model_factory(name: str) -> ModelFactory:
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise ValueError(f"model = {name!r}: {module_name!r} has no callable {attribute!r}")
+    _check_factory(name, module_name, factory)
     return factory  # type: ignore[no-any-return]
+
+
+def _check_factory(name: str, module_name: str, factory: object) -> None:
+    """A model factory is a Python function of the named module (not of Python's own library:
+    that is checked before the import), taking the data spec as its one required argument;
+    anything else is refused before it is called (``model = "shutil:rmtree"`` must not run)."""
+    if not isinstance(factory, types.FunctionType) or factory.__module__ != module_name:
+        raise ValueError(f"model = {name!r}: not a function defined in {module_name!r}")
+    required = [
+        p
+        for p in inspect.signature(factory).parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    others = [
+        p
+        for p in inspect.signature(factory).parameters.values()
+        if p.default is p.empty and p.kind is p.KEYWORD_ONLY
+    ]
+    if len(required) != 1 or others:
+        raise ValueError(
+            f"model = {name!r}: a factory takes one required argument (the data spec), "
+            f"not {[p.name for p in required + others]}"
+        )
 
 
 def build_model(name: str, spec: DataSpec, seed: int) -> nn.Module:

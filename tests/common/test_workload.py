@@ -89,6 +89,10 @@ def not_a_module(spec: DataSpec) -> object:
     return "a string"
 
 
+def two_arguments(spec: DataSpec, seed: int) -> nn.Module:
+    raise AssertionError("never called: it is not a model factory")
+
+
 def small_model(spec: DataSpec) -> nn.Module:
     """A user's own model, as a factory the config names."""
     return nn.Sequential(
@@ -108,6 +112,11 @@ def test_own_model_is_checked_and_counted() -> None:
         ("tests.common.nowhere:model", r"model = 'tests.common.nowhere:model': cannot import"),
         ("tests.common.test_workload:absent", r"has no callable 'absent'"),
         ("tests.common.test_workload:not_a_module", r"returned str, not an nn.Module"),
+        ("shutil:rmtree", r"'shutil' is Python's, not a model's module"),
+        ("tests.common.test_workload:_WrongOutputs", r"not a function defined in"),
+        ("tests.common.test_workload:DIGITS_SPEC", r"has no callable"),
+        ("tests.common.test_workload:check_workload", r"not a function defined in 'tests.common"),
+        ("tests.common.test_workload:two_arguments", r"one required argument .*\['spec', 'seed'\]"),
         (
             "tests.common.test_workload:wrong_outputs",
             r"gave outputs of shape \(4, 3\); expected \(4, 10\)",
