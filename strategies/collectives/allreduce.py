@@ -297,6 +297,9 @@ def shared_index_factor(participants: Sequence[Participant], chosen: NDArray[np.
     return float(np.average(shares, weights=weights))
 
 
+SUPERLINK_NODE_ID = 0  # the sender of the SuperLink's own error replies
+
+
 class Allreduce:
     name: ClassVar[str] = "allreduce"
     compressed: ClassVar[bool] = True
@@ -433,8 +436,16 @@ class Allreduce:
     def _leader_indices(
         self, plan: RoundPlan, leader: Participant, bytes_down: int, replies: Replies
     ) -> Indices | None:
-        """The leader's index set, checked (None when it gave none); logs the phase."""
-        reply = replies.messages[0] if replies.messages else None
+        """The leader's index set, checked (None when it gave none); logs the phase. Only the
+        leader's reply (or an error standing for it) is read: one from another node is refused."""
+        # The SuperLink's error reply for a node that is gone comes from node 0.
+        answering = (leader.node_id, SUPERLINK_NODE_ID)
+        for message in replies.messages:
+            if message.metadata.src_node_id not in answering:
+                reason = "an index set, but not this round's leader"
+                plan.log.refuse(message.metadata.src_node_id, INDICES_ACTION, reason)
+        ours = [m for m in replies.messages if m.metadata.src_node_id in answering]
+        reply = ours[0] if ours else None
         index_set, bytes_up, measured = None, 0, None
         try:
             if reply is None:

@@ -1,5 +1,6 @@
 """Numbers a client reports are held to bounds the server can justify."""
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import replace
@@ -285,3 +286,40 @@ def test_streaming_clients_go_on_after_a_round_that_accepted_nobody(buffer_polic
     assert strategy.stats[2].num_clients == 0 and len(strategy.stats[2].refused) == 3
     for later in (3, 4):
         assert strategy.stats[later].num_clients == 3, strategy.stats[later].failed
+
+
+class ForgedLeaderReply(InProcessGrid):
+    """The leader's index reply arrives as if from node 102 (``replace``), or node 102's
+    forged one arrives before the leader's own (``first``)."""
+
+    def __init__(self, settings, how: str) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(settings)
+        self.how, self.forged = how, 0
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        messages = list(messages)
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if not messages or messages[0].metadata.message_type != "train.indices":
+            return replies
+        (reply,) = replies
+        leader = reply.metadata.src_node_id
+        forger = 102 if leader != 102 else 101
+        forged = Message(content=reply.content, metadata=copy.copy(reply.metadata))  # type: ignore[call-overload]
+        forged.metadata.__dict__["_src_node_id"] = forger
+        self.forged += 1
+        return [forged] if self.how == "replace" else [forged, reply]
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("how", ["replace", "first"])
+def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
+    settings = _settings(**VAR)
+    grid = ForgedLeaderReply(settings, how)
+    _, strategy, _ = _run(settings, rounds=2, grid=grid)
+    assert grid.forged == 2
+    for server_round in (1, 2):
+        stats = strategy.stats[server_round]
+        assert any("but not this round's leader" in r for r in stats.refused)
+        assert stats.num_clients == (0 if how == "replace" else 3)
