@@ -324,7 +324,7 @@ class Allreduce:
         self.choose_leader = LEADERS[leader]
         self.index_policy = INDEX_POLICIES[index_policy](index_hints)
         self._index_set: Indices | None = None  # for the next round (one-phase policies)
-        self.caught: set[int] = set()  # nodes whose norm claim their values contradicted
+        self.caught: set[int] = set()  # partitions whose norm claim their values contradicted
 
     def round_index_set(self) -> Indices | None:
         return self._index_set
@@ -405,8 +405,8 @@ class Allreduce:
         participants = [p for p in participants if p.node_id not in implausible]
         if not participants:
             return Aggregate([], None)
-        distrusted = self.caught | plan.defence.refusing()  # a refused node picks no index set
-        trusted = [p for p in participants if p.node_id not in distrusted] or participants
+        distrusted = self.caught | plan.defence.refusing()  # a refused one picks no index set
+        trusted = [p for p in participants if p.partition_id not in distrusted] or participants
         leader = self.choose_leader(plan.server_round, trusted)
         request = PhaseRequest(plan.server_round, plan.ratio).to_content()
         replies = yield Exchange(
@@ -529,7 +529,7 @@ class Allreduce:
         claimed = leader.reply.topk_norm2 or 0.0
         sent = float(values.astype(np.float64) @ values)
         if not math.isclose(sent, claimed, rel_tol=CLAIM_TOLERANCE, abs_tol=1e-12):
-            self.caught.add(leader.node_id)
+            self.caught.add(leader.partition_id)
             raise ValueError(
                 f"topk-norm2 claimed {claimed:g}, but its values at its own indices have "
                 f"{sent:g}; it leads no more"

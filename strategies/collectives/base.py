@@ -129,7 +129,7 @@ class Defence(Protocol):
     @property
     def screens(self) -> bool: ...
 
-    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]: ...
+    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]: ...
 
     def refusing(self) -> set[int]: ...
 
@@ -225,7 +225,7 @@ def screened(
         assert p.contribution is not None, "screened before the contributions came in"
         contribution = p.contribution
         vectors.append(contribution.dense() if isinstance(contribution, Sparse) else contribution)
-    reasons = plan.defence.screen([p.node_id for p in participants], vectors)
+    reasons = plan.defence.screen([p.partition_id for p in participants], vectors)
     for p, reason in zip(participants, reasons, strict=True):
         if reason is not None:
             plan.log.refuse(p.node_id, phase, reason)

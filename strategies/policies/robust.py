@@ -58,12 +58,13 @@ class NoDefence:
     coordinatewise: ClassVar[bool] = False
     screens: ClassVar[bool] = False  # refuses some updates (``screen``) before combining
 
-    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
-        """Per node's update, why it is refused (None: kept)."""
+    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
+        """Per partition's update, why it is refused (None: kept)."""
         return [None] * len(vectors)
 
     def refusing(self) -> set[int]:
-        """Nodes its last verdict refused (Allreduce lets none of them pick an index set)."""
+        """Partitions its last verdict refused (Allreduce lets none of them pick an index
+        set)."""
         return set()
 
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
@@ -93,7 +94,8 @@ class ClipScreen(Clip):
     round's cosine is noisy (an honest minibatch update is below 0 in about one round in ten,
     and Top-k updates that barely overlap sit near 0); its average over rounds is not, so an
     honest node is not refused and a sign-flipped one, however it scales its update, is.
-    Histories are kept per node id: a reconnected node (a new id) starts a new one."""
+    Histories are kept per partition, not per node id: a device that reconnects as a new node
+    (or an attacker that restarts to shed its record) takes its partition's history with it."""
 
     name: ClassVar[str] = "clip-screen"
     screens: ClassVar[bool] = True
@@ -104,20 +106,20 @@ class ClipScreen(Clip):
 
     def __init__(self, factor: float) -> None:
         super().__init__(factor)
-        self.cosines: dict[int, deque[float]] = {}  # node id -> its last cosines with the rest
+        self.cosines: dict[int, deque[float]] = {}  # partition -> its last cosines with the rest
         self._refusing: set[int] = set()
 
-    def screen(self, nodes: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
+    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
         reasons: list[str | None] = [None] * len(vectors)
         if len(vectors) >= self.MIN_NODES:
             cosines = cosines_with_the_rest(vectors)
-            for i, (node, cosine) in enumerate(zip(nodes, cosines, strict=True)):
-                history = self.cosines.setdefault(node, deque(maxlen=self.WINDOW))
+            for i, (partition, cosine) in enumerate(zip(partitions, cosines, strict=True)):
+                history = self.cosines.setdefault(partition, deque(maxlen=self.WINDOW))
                 history.append(cosine)
                 reasons[i] = self._against(history)
             if 2 * sum(r is not None for r in reasons) >= len(vectors):
                 reasons = [None] * len(vectors)  # no majority to judge by
-        self._refusing = {n for n, r in zip(nodes, reasons, strict=True) if r is not None}
+        self._refusing = {n for n, r in zip(partitions, reasons, strict=True) if r is not None}
         return reasons
 
     def refusing(self) -> set[int]:
