@@ -67,7 +67,7 @@ from common.flower_polls import (
     PULL_BACKOFF_S,
     set_heartbeat,
 )
-from wire.stream_samples import DEFAULT_TOPIC_PREFIX, parse_broker
+from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
 
@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--partition-id", type=int, help="this node's partition (its topic)")
     parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX)
+    parser.add_argument("--mqtt-tls-ca", type=Path, help="CA certificate: MQTT over TLS")
+    parser.add_argument("--mqtt-username", help="for a broker with a password file")
+    parser.add_argument("--mqtt-password-file", type=Path, help="first line: the password")
     args = parser.parse_args(argv)
     broker = None
     if args.mqtt is not None:
@@ -285,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--mqtt needs --partition-id (>= 0): it names the node's topic")
         try:
             broker = parse_broker(args.mqtt)
-        except ValueError as exc:
+            auth = BrokerAuth.of(args.mqtt_tls_ca, args.mqtt_username, args.mqtt_password_file)
+        except (ValueError, OSError) as exc:
             parser.error(str(exc))
     if not 0.001 <= args.poll_s <= 60:
         parser.error(f"--poll-s must be within [0.001, 60] s, got {args.poll_s}")
@@ -312,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         from client.live_stream import LiveStream, subscribe
 
         live = LiveStream(args.partition_id)
-        subscriber = subscribe(live, broker, args.topic_prefix)
+        subscriber = subscribe(live, broker, args.topic_prefix, auth)
         log.info(
             "streaming %s/node-%d from %s:%d",
             args.topic_prefix,

@@ -35,8 +35,10 @@ from client.buffer import StreamBuffer
 from common.data import ArrayData
 from wire.messages import LiveCounts
 from wire.stream_samples import (
+    ANONYMOUS,
     DEFAULT_TOPIC_PREFIX,
     BrokerAddress,
+    BrokerAuth,
     SampleError,
     decode_sample,
     sample_topic,
@@ -247,7 +249,7 @@ class LiveStream:
             )
 
 
-def _session_client(partition_id: int, topic_prefix: str) -> mqtt.Client:
+def _session_client(partition_id: int, topic_prefix: str, auth: BrokerAuth) -> mqtt.Client:
     """The node's MQTT client: its persistent session, subscribed (QoS 1) on every connect;
     a refused connection is logged (paho retries it)."""
     topic = sample_topic(topic_prefix, partition_id)
@@ -256,6 +258,7 @@ def _session_client(partition_id: int, topic_prefix: str) -> mqtt.Client:
         client_id=session_id(partition_id),
         clean_session=False,
     )
+    auth.apply(client)
 
     def on_connect(c: mqtt.Client, userdata: Any, flags: Any, code: Any, props: Any) -> None:
         if code.is_failure:
@@ -268,10 +271,13 @@ def _session_client(partition_id: int, topic_prefix: str) -> mqtt.Client:
 
 
 def subscribe(
-    stream: LiveStream, broker: BrokerAddress, topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    stream: LiveStream,
+    broker: BrokerAddress,
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+    auth: BrokerAuth = ANONYMOUS,
 ) -> mqtt.Client:
     """Connect ``stream`` to its topic: QoS 1, a persistent session, reconnecting by itself."""
-    client = _session_client(stream.partition_id, topic_prefix)
+    client = _session_client(stream.partition_id, topic_prefix, auth)
 
     def on_message(c: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         stream.on_payload(bytes(message.payload))
@@ -292,10 +298,11 @@ def open_session(
     partition_id: int,
     topic_prefix: str = DEFAULT_TOPIC_PREFIX,
     timeout_s: float = 10.0,
+    auth: BrokerAuth = ANONYMOUS,
 ) -> None:
     """Create the node's persistent session (subscribed, QoS 1) and leave: from now on the
     broker keeps the node's samples until its agent takes them, whenever it starts."""
-    client = _session_client(partition_id, topic_prefix)
+    client = _session_client(partition_id, topic_prefix, auth)
     done = threading.Event()
     client.on_subscribe = lambda *args: done.set()
     client.connect(broker.host, broker.port)

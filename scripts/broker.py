@@ -40,12 +40,20 @@ def mosquitto_path() -> str | None:
     return None
 
 
-def broker_config(port: int) -> str:
+def broker_config(
+    port: int, password_file: Path | None = None, acl_file: Path | None = None
+) -> str:
     """What our broker runs with; each line says why."""
+    if password_file is None:
+        access = ["allow_anonymous true"]  # loopback tests; a LAN broker needs a password file
+    else:  # who may connect, and (acl_file) which topics each may read or write
+        access = ["allow_anonymous false", f"password_file {password_file}"]
+        access += [] if acl_file is None else [f"acl_file {acl_file}"]
+        access += ["user root"]  # reads the files it was given (as root it would drop to its own)
     return "\n".join(
         [
             f"listener {port} 127.0.0.1",  # loopback only, a port of our own
-            "allow_anonymous true",  # loopback tests; a LAN broker needs a password file
+            *access,
             "persistence false",  # nothing to keep between test sessions
             # Persistent sessions queue without limit (default 1000 per client), so a device
             # whose agent reconnects loses nothing. max_inflight_messages stays at its default
@@ -78,13 +86,29 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
+def write_password_file(workdir: Path, users: dict[str, str]) -> Path:
+    """A mosquitto password file (hashed by ``mosquitto_passwd``) for ``users``."""
+    path = workdir / "passwords"
+    path.write_text("")
+    for user, password in users.items():
+        subprocess.run(["mosquitto_passwd", "-b", str(path), user, password], check=True)
+    return path
+
+
 @contextlib.contextmanager
-def local_broker(workdir: Path, log_path: Path | None = None) -> Iterator[BrokerAddress]:
+def local_broker(
+    workdir: Path,
+    log_path: Path | None = None,
+    users: dict[str, str] | None = None,
+    acl: str | None = None,
+) -> Iterator[BrokerAddress]:
     """Run mosquitto on a free loopback port while the context is open; stop it by PID after.
 
     The config goes to ``workdir/mosquitto.conf``, the log to ``log_path`` (default
     ``workdir/mosquitto.log``). No PID file: run as root, mosquitto drops to its own user
     before writing one, and could not write it here; the broker is our child, ``proc.pid``.
+    With ``users`` (name -> password) only they may connect; ``acl`` is mosquitto's ACL file
+    text (``user NAME`` then ``topic read|write|readwrite TOPIC`` lines).
     """
     executable = mosquitto_path()
     if executable is None:
@@ -93,8 +117,13 @@ def local_broker(workdir: Path, log_path: Path | None = None) -> Iterator[Broker
     log_path = log_path or workdir / "mosquitto.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     address = BrokerAddress("127.0.0.1", free_port())
+    passwords = None if users is None else write_password_file(workdir, users)
+    acl_file = None
+    if acl is not None:
+        acl_file = workdir / "acl"
+        acl_file.write_text(acl)
     config = workdir / CONFIG_NAME
-    config.write_text(broker_config(address.port))
+    config.write_text(broker_config(address.port, passwords, acl_file))
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [executable, "-c", str(config)],

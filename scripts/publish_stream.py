@@ -34,8 +34,10 @@ from common.rates import STREAM_OFF, client_rate
 from common.settings import ConfigError, Settings
 from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.stream_samples import (
+    ANONYMOUS,
     DEFAULT_TOPIC_PREFIX,
     BrokerAddress,
+    BrokerAuth,
     StreamSample,
     encode_sample,
     parse_broker,
@@ -70,18 +72,13 @@ def connect_client(
     address: BrokerAddress,
     *,
     client_id: str = "",
-    tls_ca: Path | None = None,
-    username: str | None = None,
-    password: str | None = None,
+    auth: BrokerAuth = ANONYMOUS,
     timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> mqtt.Client:
     """A paho client connected to ``address`` with its network loop running (it reconnects
     by itself); RuntimeError naming the broker's answer if it refuses or does not answer."""
     client = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2, client_id=client_id)
-    if tls_ca is not None:
-        client.tls_set(ca_certs=str(tls_ca))
-    if username is not None:
-        client.username_pw_set(username, password)
+    auth.apply(client)
     answered = threading.Event()
     reason: list[Any] = []
 
@@ -278,10 +275,6 @@ def _count(text: str) -> int:
     return value
 
 
-def _read_password(path: Path | None) -> str | None:
-    return None if path is None else path.read_text().splitlines()[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--broker", required=True, type=_broker, help="host:port")
@@ -308,20 +301,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"(num-clients = {settings.num_clients})"
             )
         rate = partition_rate(settings, args.partition_id, args.rate)
-        password = _read_password(args.password_file)
+        auth = BrokerAuth.of(args.tls_ca, args.username, args.password_file)
     except (ConfigError, ValueError, OSError, IndexError) as exc:
         print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
         return 2
     client_id = f"edgeflex-replay-{args.partition_id}-{os.getpid()}"
     try:
         result = publish_partition(
-            lambda: connect_client(
-                args.broker,
-                client_id=client_id,
-                tls_ca=args.tls_ca,
-                username=args.username,
-                password=password,
-            ),
+            lambda: connect_client(args.broker, client_id=client_id, auth=auth),
             settings,
             args.partition_id,
             rate=rate,

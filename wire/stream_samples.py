@@ -18,6 +18,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -196,6 +197,42 @@ class BrokerAddress:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerAuth:
+    """How a client proves itself to the broker and checks the broker: TLS with a CA
+    certificate, a username and password (the broker's password file), or neither (a loopback
+    broker that allows anonymous clients)."""
+
+    tls_ca: Path | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def apply(self, client: Any) -> None:
+        """Set these on a paho ``mqtt.Client`` before it connects."""
+        if self.tls_ca is not None:
+            client.tls_set(ca_certs=str(self.tls_ca))
+        if self.username is not None:
+            client.username_pw_set(self.username, self.password)
+
+    @classmethod
+    def of(
+        cls, tls_ca: Path | None, username: str | None, password_file: Path | None
+    ) -> BrokerAuth:
+        """From command-line options: the password is the first line of ``password_file``."""
+        password = None
+        if password_file is not None:
+            lines = password_file.read_text().splitlines()
+            if not lines:
+                raise ValueError(f"{password_file}: empty (its first line is the password)")
+            password = lines[0]
+        if password is not None and username is None:
+            raise ValueError("a password file needs a username")
+        return cls(tls_ca, username, password)
+
+
+ANONYMOUS = BrokerAuth()  # a loopback broker that allows anonymous clients
 
 
 def parse_broker(text: str) -> BrokerAddress:

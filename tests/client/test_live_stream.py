@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -14,8 +15,14 @@ from client.stream_round import draw_stream_round
 from client.streams import ReplayStream
 from common.data import client_partition, data_spec
 from common.settings import settings_with
-from scripts.publish_stream import publish
-from wire.stream_samples import BrokerAddress, StreamSample, encode_sample, sample_topic
+from scripts.publish_stream import connect_client, publish
+from wire.stream_samples import (
+    BrokerAddress,
+    BrokerAuth,
+    StreamSample,
+    encode_sample,
+    sample_topic,
+)
 
 pytestmark = pytest.mark.usefixtures("mqtt_broker")
 SETTINGS = settings_with(
@@ -218,3 +225,56 @@ def test_interrupt_ends_a_wait_at_once() -> None:
     began = time.monotonic()
     stream.time_until(5)
     assert time.monotonic() - began < 5.0
+
+
+def test_with_a_password_file_and_acl_only_the_sensor_feeds_its_node(
+    tmp_path: Path, mqtt_broker: BrokerAddress
+) -> None:
+    """On a broker with users and an ACL (docs/deployment.md), the node's agent reads its
+    topic with its own credentials; an anonymous client cannot connect, and another sensor's
+    samples for this node's topic are dropped by the broker."""
+    from scripts.broker import local_broker
+
+    topic = sample_topic("t-auth", 7)
+    users = {"node-7": "agent-secret", "sensor-7": "sensor-secret", "sensor-8": "o"}
+    acl = "\n".join(
+        [
+            "user node-7",
+            f"topic read {topic}",
+            "user sensor-7",
+            f"topic write {topic}",
+            "user sensor-8",
+            f"topic write {sample_topic('t-auth', 8)}",
+            "",
+        ]
+    )
+    data = client_partition(SETTINGS, 0)
+    with local_broker(tmp_path / "auth", users=users, acl=acl) as broker:
+        agent = BrokerAuth(username="node-7", password="agent-secret")
+        open_session(broker, 7, "t-auth", auth=agent)
+        stream = LiveStream(7, max_wait_s=0.5)
+        stream.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
+        client = subscribe(stream, broker, "t-auth", auth=agent)
+        try:
+            with pytest.raises(RuntimeError, match="refused|not authori"):
+                connect_client(broker)  # anonymous
+            intruder = connect_client(broker, auth=BrokerAuth(username="sensor-8", password="o"))
+            for seq in range(5):  # QoS 0: the broker drops them, unanswered
+                intruder.publish(topic, _payload(seq), qos=0)
+            intruder.disconnect()
+            intruder.loop_stop()
+            sensor = BrokerAuth(username="sensor-7", password="sensor-secret")
+            publish(
+                lambda: connect_client(broker, auth=sensor),
+                data,
+                topic=topic,
+                rate=500.0,
+                seed=2,
+                count=12,
+            )
+            _wait(lambda: _unread(stream) == 12)
+            time.sleep(0.3)  # nothing else comes
+            assert _unread(stream) == 12
+        finally:
+            client.disconnect()
+            client.loop_stop()
