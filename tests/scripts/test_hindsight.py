@@ -31,5 +31,7 @@ def test_best_fixed_is_per_seed_and_misses_are_counted() -> None:
     assert rows["chosen"].reached == 1
     assert rows["fixed-a"].vs_best_fixed == pytest.approx((5 / 5 + 10 / 5) / 2)
     assert rows["chosen"].a20 == pytest.approx((0.96 + (0.99 + 4 * 0.5) / 5) / 2)
-    table = markdown(list(rows.values()), 0.95, "group", seeds=2)
+    table = markdown(list(rows.values()), 0.95, "group")
     assert "| chosen | 0.7790 | 1/2 | 2.5 | 0.50x |" in table
+    one_seed = target_rows({"fixed-a": {1: RECORDS["fixed-a"][1]}}, ["fixed-a"], [], 0.95)
+    assert "| fixed-a | 0.9500 | 1/1 | 5.0 | - |" in markdown(one_seed, 0.95, "group")
