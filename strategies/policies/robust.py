@@ -40,14 +40,23 @@ def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
     ]
 
 
+# Two updates this alike are one update sent twice: honest clients train on different data
+# and minibatches, so theirs never are (colluders' copies, or the same liar twice, are).
+DUPLICATE_COSINE = 0.99
+
+
 def cosines_with_the_rest(vectors: Sequence[Vector]) -> list[float]:
-    """Each vector's cosine with the sum of the others, every vector clipped to the median
-    norm first (so no one vector outweighs the others in that sum)."""
+    """Each vector's cosine with the sum of the others that are not near-copies of it, every
+    vector clipped to the median norm first (so no one vector outweighs the others in that
+    sum). Leaving its copies out is what keeps colluders sending one flipped update from
+    vouching for each other."""
     clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
-    total = clipped.sum(axis=0)
+    norms = np.linalg.norm(clipped, axis=1)
+    unit = clipped / np.where(norms > 0.0, norms, 1.0)[:, None]
+    alike = unit @ unit.T >= DUPLICATE_COSINE  # each vector is alike to itself
     cosines = []
-    for own in clipped:
-        rest = total - own
+    for own, copies in zip(clipped, alike, strict=True):
+        rest = clipped[~copies].sum(axis=0)
         scale = float(np.linalg.norm(own) * np.linalg.norm(rest))
         cosines.append(float(own @ rest) / scale if scale > 0.0 else 0.0)
     return cosines

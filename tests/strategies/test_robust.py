@@ -103,15 +103,37 @@ def test_screening_refuses_a_flipped_node_however_scaled_and_no_honest_one() -> 
         assert all(refused[ClipScreen.MIN_ROUNDS + 2 :])  # once its average has settled
 
 
+def test_colluders_sending_one_flipped_update_do_not_vouch_for_each_other() -> None:
+    """Two of five send the same sign-flipped update: each one's 'rest' held the other, so
+    together they passed the screen; near-copies are left out of each other's rest."""
+    screen = ClipScreen(3.0)
+    refused = []
+    for honest in _noisy_rounds(30):
+        flipped = -honest[4] * np.float32(3.0)
+        reasons = screen.screen([0, 1, 2, 3, 4], [*honest[:3], flipped, flipped])
+        assert reasons[:3] == [None] * 3
+        refused.append(reasons[3] is not None and reasons[4] is not None)
+    judged = refused[ClipScreen.MIN_ROUNDS - 1 :]
+    assert sum(judged) >= 0.75 * len(judged) and all(refused[-10:])
+    # (Before: the pair's cosines sat above the honest nodes', and an honest node was refused.)
+
+
 def test_screening_needs_three_nodes_and_a_majority_to_judge_by() -> None:
     a = np.ones(8, dtype=np.float32)
     b = np.zeros(8, dtype=np.float32)  # orthogonal to a
     b[0], b[1] = 1.0, -1.0
+    rng = np.random.default_rng(3)
+
+    def like(v: np.ndarray) -> np.ndarray:  # no two alike enough to be copies of one update
+        return (v + 0.5 * rng.standard_normal(8)).astype(np.float32)
+
     pair, minority, majority = ClipScreen(3.0), ClipScreen(3.0), ClipScreen(3.0)
     for _ in range(ClipScreen.MIN_ROUNDS + 2):
         two = pair.screen([1, 2], [a, -a])  # two against each other: who is lying?
-        few = minority.screen([1, 2, 3, 4, 5], [a, a, a, -a, -a])
-        many = majority.screen([1, 2, 3, 4, 5], [a, a, -a, -a, b])  # four would go
+        few = minority.screen([1, 2, 3, 4, 5], [like(a), like(a), like(a), like(-a), like(-a)])
+        many = majority.screen(
+            [1, 2, 3, 4, 5], [like(a), like(a), like(-a), like(-a), b]
+        )  # four would go
     assert two == [None, None] and not pair.cosines
     assert [r is not None for r in few] == [False, False, False, True, True]
     assert minority.refusing() == {4, 5}
