@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, Message
 
 from scripts.in_process import InProcessGrid
 from strategies.collectives.base import DenseUpdate
