@@ -589,8 +589,9 @@ class TrainReply:
         if not isinstance(num_examples, int) or num_examples <= 0:
             raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
         loss = metrics[TRAIN_LOSS]
-        valid = isinstance(loss, int | float) and not isinstance(loss, bool)
-        if not valid or not math.isfinite(loss) or loss < 0:  # a cross-entropy is >= 0
+        if isinstance(loss, bool) or not isinstance(loss, int | float):
+            raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
+        if not math.isfinite(loss) or loss < 0:  # a cross-entropy is >= 0
             raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
         arrays = content.array_records
         return cls(
