@@ -45,6 +45,7 @@ BIT_GENERATORS = {
     "SFC64": np.random.SFC64,
     "MT19937": np.random.MT19937,
 }
+SCALAR_KINDS = frozenset("biuf")  # NumPy scalars a state holds: booleans, integers, floats
 _MISSING = object()
 Json = Any
 
@@ -67,8 +68,14 @@ def _own_class(path: str, where: str) -> type:
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
         raise StateError(f"{where}: no class {path!r} in this edgeflex") from exc
-    if not isinstance(found, type):
-        raise StateError(f"{where}: {path!r} is not a class")
+    # The name must be the class's own: a path through a module's globals (``common.x:torch.
+    # hub.tempfile.SomeClass``) would otherwise reach any class those modules can see.
+    own = isinstance(found, type) and (found.__module__, found.__qualname__) == (
+        module_name,
+        qualname,
+    )
+    if not own:
+        raise StateError(f"{where}: {path!r} is not a class defined in {module_name!r}")
     return found
 
 
@@ -220,7 +227,10 @@ class _Reader:
                 raise StateError(f"{where}: {node['$float']!r} is not a float")
             return float(node["$float"])
         if "$scalar" in node:
-            return np.dtype(node["$scalar"]).type(self.read(node["value"], _MISSING, where))
+            dtype = np.dtype(node["$scalar"])
+            if dtype.kind not in SCALAR_KINDS:
+                raise StateError(f"{where}: a scalar of dtype {dtype} is not a number")
+            return dtype.type(self.read(node["value"], _MISSING, where))
         if "$enum" in node:
             cls = _own_class(node["$enum"], where)
             if not issubclass(cls, Enum) or node.get("name") not in cls.__members__:
@@ -352,9 +362,10 @@ def load_state(tree: Json, arrays: dict[str, np.ndarray], fresh: Any) -> Any:
     reader = _Reader(arrays)
     try:
         value = reader.read(tree, fresh, "state")
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        if isinstance(exc, StateError):
-            raise
-        raise StateError(f"state: not a state this build can read ({exc})") from exc
+    except StateError:
+        raise
+    except Exception as exc:  # a file may hold anything: whatever it breaks is its fault
+        what = f"{type(exc).__name__}: {exc}"[:300]
+        raise StateError(f"state: not a state this build can read ({what})") from exc
     reader.bind_methods()
     return value

@@ -191,6 +191,7 @@ def main(grid: Grid, context: Context) -> None:
         checkpoint = read_checkpoint(
             Path(settings.resume_from), settings.to_run_config(), fresh=strategy
         )
+        checkpoint.strategy.take_resumable(fresh=strategy)
         strategy = checkpoint.strategy
         strategy.forget_clients()  # their context.state did not survive (server/checkpoint.py)
         initial = layout.unflatten(checkpoint.model)

@@ -6,10 +6,14 @@ round, the run config it was written under, the records so far, and the strategy
 policy's state (replica versions, link estimates, ratio schedule and gain model, index
 estimates, the virtual clock) as a tree of data (common/state_file.py), with a SHA-256 of all
 of it. Reading it runs no code from the file: arrays are read without pickle, the strategy is
-rebuilt beside a fresh one built from the settings, and a file that is foreign, tampered with,
-newer or older, or written under another configuration is refused with the reason. It is
-written to a temporary file and renamed, so a crash mid-write leaves the previous checkpoint
-whole.
+rebuilt beside a fresh one built from the settings (only classes defined in edgeflex's own
+packages, no constructor run, no function named by the file), and a file that is foreign,
+changed since it was written, newer or older, or written under another configuration is
+refused with the reason. The SHA-256 has no key: it catches a damaged or edited copy, not
+someone who rewrites the hash too; what keeps such a file harmless is that nothing in it
+chooses code. Settings a resumed run may change (RESUMABLE_KEYS) are taken from the fresh
+build. It is written to a temporary file and renamed, so a crash mid-write leaves the previous
+checkpoint whole.
 
 What a checkpoint cannot hold: the clients' ``context.state`` (error-feedback residuals,
 replicas, stream buffers). In simulation it is lost with the simulation, so a resumed server
@@ -147,7 +151,16 @@ def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                     raise ValueError(f"a member {name!r} that is not an array")
                 with archive.open(each) as member:
                     arrays[name.removesuffix(".npy")] = read_member(member, each.file_size, name)
-    except (zipfile.BadZipFile, ValueError, RecursionError, EOFError, OSError) as exc:
+    except (
+        zipfile.BadZipFile,
+        ValueError,
+        RecursionError,
+        EOFError,
+        OSError,
+        RuntimeError,
+        NotImplementedError,
+        MemoryError,
+    ) as exc:  # RuntimeError: an encrypted member
         raise ConfigError(
             f"resume-from: {path} is not a readable edgeflex checkpoint: {exc}"
         ) from exc
@@ -207,18 +220,20 @@ def read_checkpoint(location: Path, config: Mapping[str, Any], fresh: EdgeStrate
     if type(strategy) is not type(fresh):
         raise ConfigError(f"resume-from: {path} does not hold a {type(fresh).__name__}")
     model = arrays["model"]
-    if model.shape != (fresh.layout.size,) or not np.isfinite(model).all():
+    if model.dtype != np.float32 or model.shape != (fresh.layout.size,):
         raise ConfigError(
-            f"resume-from: {path}: the model is not {fresh.layout.size} finite numbers "
-            f"(shape {model.shape})"
+            f"resume-from: {path}: the model is not {fresh.layout.size} float32 numbers "
+            f"({model.dtype}, shape {model.shape})"
         )
+    if not np.isfinite(model).all():
+        raise ConfigError(f"resume-from: {path}: the model holds NaN or infinity")
     initial = manifest["initial"]
     if not all(isinstance(initial.get(k), (int, float)) for k in ("accuracy", "loss")):
         raise ConfigError(f"resume-from: {path}: initial accuracy and loss are not numbers")
     return Checkpoint(
         server_round=manifest["round"],
         config=manifest["config"],
-        model=model.astype(np.float32, copy=False),
+        model=model,
         strategy=strategy,
         rows=manifest["rows"],
         initial_accuracy=float(initial["accuracy"]),

@@ -208,6 +208,12 @@ class EdgeStrategy(FedAvg):
         state["current"] = None
         return state
 
+    def take_resumable(self, fresh: EdgeStrategy) -> None:
+        """After a resume: what a resumed run may change (server/checkpoint.py's
+        RESUMABLE_KEYS) comes from this run's settings, as ``fresh`` was built from them:
+        the round timeout and the bounds derived from it."""
+        self.round_timeout_s, self.bounds = fresh.round_timeout_s, fresh.bounds
+
     def forget_clients(self) -> None:
         """After a restart of the federation: no node is known to hold a replica (each is
         sent the full model next)."""

@@ -74,6 +74,14 @@ def test_code_is_taken_from_the_fresh_build_and_methods_bound_to_the_rebuilt_own
 def test_a_tree_naming_a_class_outside_edgeflex_or_code_is_refused() -> None:
     with pytest.raises(StateError, match="not a class of edgeflex's own packages"):
         load_state({"$id": 0, "$object": "subprocess:Popen", "fields": {}}, {}, None)
+    # A path through a module's globals to another library's class (its __del__ deletes files).
+    reached = {"$id": 0, "$object": "common.state_file:torch.hub.tempfile._TemporaryFileCloser"}
+    with pytest.raises(StateError, match="is not a class defined in 'common.state_file'"):
+        load_state(reached | {"fields": {}}, {}, None)
+    with pytest.raises(StateError, match="a scalar of dtype .* is not a number"):
+        load_state({"$scalar": "V1", "value": 2**31 - 1}, {}, None)  # 2 GiB each
+    with pytest.raises(StateError, match="OverflowError"):
+        load_state({"$id": 0, "$deque": [], "maxlen": 2**70}, {}, None)
     with pytest.raises(StateError, match="expects code here and this build has none"):
         load_state({"$id": 0, "$list": [{"$fresh": True}]}, {}, [1])
     with pytest.raises(StateError, match="names an array the file does not hold"):

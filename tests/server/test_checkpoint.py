@@ -265,3 +265,22 @@ def test_an_array_claiming_more_than_it_holds_is_refused_before_it_is_allocated(
     _rewrite(stopped / CHECKPOINT_NAME, huge, rehash=False)
     with pytest.raises(ConfigError, match="model.npy: claims 512000000000000 bytes of data"):
         _resume(stopped, tmp_path)
+
+
+def test_a_resumed_run_takes_the_round_timeout_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopped = _stopped_run(tmp_path)
+    read: list[Any] = []
+    reader = server_app.read_checkpoint
+
+    def read_and_keep(*args: Any, **kwargs: Any) -> Any:
+        read.append(reader(*args, **kwargs))
+        return read[-1]
+
+    monkeypatch.setattr(server_app, "read_checkpoint", read_and_keep)
+    resumed = f"{TOPK} num-server-rounds=3 round-timeout-s=30 resume-from={stopped}"
+    run_server_app(InProcessGrid(_settings(resumed, tmp_path / "resumed")))
+    (checkpoint,) = read
+    assert checkpoint.strategy.round_timeout_s == 30.0
+    assert checkpoint.strategy.bounds.max_compress_s == 30.0
