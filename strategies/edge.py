@@ -98,6 +98,7 @@ class RoundState:
     plan: RoundPlan
     model_payloads: dict[str, int] | None  # compressed: nodes per replica payload kind
     sampling: dict[str, object] | None = None  # clients-per-round: partitions, identify query
+    connected: frozenset[int] = frozenset()  # every node connected, sampled or not
 
 
 class EdgeStrategy(FedAvg):
@@ -231,7 +232,7 @@ class EdgeStrategy(FedAvg):
         )
         collective = self.collectives[name]
         model = self.layout.flatten(arrays)
-        nodes, sampling = self._nodes(grid, server_round)
+        nodes, sampling, connected = self._nodes(grid, server_round)
         base = float(config[LEARNING_RATE])  # type: ignore[arg-type]
         lr = self.policies.learning_rates.for_round(base)
         round_config = RoundConfig(
@@ -279,21 +280,25 @@ class EdgeStrategy(FedAvg):
             ),
             model_payloads=payload_counts,
             sampling=sampling,
+            connected=connected,
         )
         return messages
 
-    def _nodes(self, grid: Grid, server_round: int) -> tuple[list[int], dict[str, object] | None]:
+    def _nodes(
+        self, grid: Grid, server_round: int
+    ) -> tuple[list[int], dict[str, object] | None, frozenset[int]]:
         """The round's nodes, once at least ``min_available_nodes`` are connected (one
         listing): every one, or with a sampler those of its partitions (nodes not yet
-        identified are asked their partition first); and what the record says of it."""
+        identified are asked their partition first); what the record says of it; and every
+        node connected (a partition's owner still holds it while it is not sampled)."""
         _, connected = sample_nodes(grid, self.min_available_nodes, self.min_available_nodes)
         if self.sampler is None:
-            return sorted(connected), None
+            return sorted(connected), None, frozenset(connected)
         unknown = sorted(n for n in connected if n not in self.identities.partition_of)
         identified = self._identify(grid, unknown, connected) if unknown else 0
         owners = {p: n for n, p in self.identities.partition_of.items() if n in set(connected)}
         partitions, nodes = self.sampler.nodes(server_round, owners)
-        return nodes, {"partitions": partitions, "identified": identified}
+        return nodes, {"partitions": partitions, "identified": identified}, frozenset(connected)
 
     def _identify(self, grid: Grid, nodes: list[int], connected: list[int]) -> int:
         """Ask ``nodes`` their partition (an ``identify`` query); bind those that answer
@@ -401,7 +406,9 @@ class EdgeStrategy(FedAvg):
                 unread = sorted(set(msg.content.array_records) - self._reply_arrays(state))
                 if unread:
                     raise ValueError(f"records nobody reads this round: {', '.join(unread)}")
-                self.identities.check(node, reply.partition_id, claims, state.bytes_down)
+                # Owners that are connected but not sampled this round keep their partitions.
+                connected = state.connected | set(state.bytes_down)
+                self.identities.check(node, reply.partition_id, claims, connected)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
                 relayed = 0 if self.relay is None else self.relay.relayed_to.get(node, 0)

@@ -23,7 +23,10 @@ class UpdateGuard:
     factor: float = 100.0  # far above the round-to-round change of honest updates
     window: int = 10
     warmup: int = 3
-    norms: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    norms: deque[float] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.norms = deque(self.norms, maxlen=self.window)
 
     def refuse_update(self, update: Update) -> str | None:
         """Why ``update`` must not be applied, or None."""

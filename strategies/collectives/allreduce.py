@@ -22,6 +22,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
+from flwr.common.constant import SUPERLINK_NODE_ID
 from numpy.typing import NDArray
 
 from compress.base import ErrorFeedback, load_vector, send_at, store_vector
@@ -297,9 +298,6 @@ def shared_index_factor(participants: Sequence[Participant], chosen: NDArray[np.
     return float(np.average(shares, weights=weights))
 
 
-SUPERLINK_NODE_ID = 0  # the sender of the SuperLink's own error replies
-
-
 class Allreduce:
     name: ClassVar[str] = "allreduce"
     compressed: ClassVar[bool] = True
@@ -438,7 +436,7 @@ class Allreduce:
     ) -> Indices | None:
         """The leader's index set, checked (None when it gave none); logs the phase. Only the
         leader's reply (or an error standing for it) is read: one from another node is refused."""
-        # The SuperLink's error reply for a node that is gone comes from node 0.
+        # The SuperLink's error reply for a node that is gone comes from Flower's own node id.
         answering = (leader.node_id, SUPERLINK_NODE_ID)
         for message in replies.messages:
             if message.metadata.src_node_id not in answering:

@@ -49,13 +49,16 @@ def cosines_with_the_rest(vectors: Sequence[Vector]) -> list[float]:
     """Each vector's cosine with the sum of the others that are not near-copies of it, every
     vector clipped to the median norm first (so no one vector outweighs the others in that
     sum). Leaving its copies out is what keeps colluders sending one flipped update from
-    vouching for each other."""
+    vouching for each other; copies that are half or more of the vectors stay in (honest
+    updates on IID data can agree that closely, and would otherwise judge only the rest)."""
     clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
     norms = np.linalg.norm(clipped, axis=1)
     unit = clipped / np.where(norms > 0.0, norms, 1.0)[:, None]
     alike = unit @ unit.T >= DUPLICATE_COSINE  # each vector is alike to itself
     cosines = []
-    for own, copies in zip(clipped, alike, strict=True):
+    for i, (own, copies) in enumerate(zip(clipped, alike, strict=True)):
+        if 2 * copies.sum() >= len(clipped):  # alike as a majority: honest updates that agree
+            copies = np.arange(len(clipped)) == i
         rest = clipped[~copies].sum(axis=0)
         scale = float(np.linalg.norm(own) * np.linalg.norm(rest))
         cosines.append(float(own @ rest) / scale if scale > 0.0 else 0.0)

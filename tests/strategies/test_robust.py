@@ -114,6 +114,15 @@ def test_colluders_sending_one_flipped_update_do_not_vouch_for_each_other() -> N
         assert reasons[:3] == [None] * 3
         refused.append(reasons[3] is not None and reasons[4] is not None)
     judged = refused[ClipScreen.MIN_ROUNDS - 1 :]
+    # Honest updates alike as a majority (IID data) still judge a flipped one.
+    alike, caught = ClipScreen(3.0), []
+    for honest in _noisy_rounds(20):
+        direction = honest[0] / np.linalg.norm(honest[0])
+        agreeing = [direction * np.float32(1 + 0.01 * k) for k in range(4)]  # cosine 1
+        reasons = alike.screen([0, 1, 2, 3, 4], [*agreeing, -direction])
+        assert reasons[:4] == [None] * 4
+        caught.append(reasons[4] is not None)
+    assert all(caught[ClipScreen.MIN_ROUNDS + 2 :])
     assert sum(judged) >= 0.75 * len(judged) and all(refused[-10:])
     # (Before: the pair's cosines sat above the honest nodes', and an honest node was refused.)
 
