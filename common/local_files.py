@@ -58,10 +58,10 @@ def _labels(path: Path, y: Any) -> np.ndarray:
 
 
 def _features(path: Path, x: np.ndarray, count: int) -> tuple[np.ndarray, Shape]:
-    if x.shape[0] != count:
-        raise DataFileError(f"{path}: {x.shape[0]} samples of features but {count} labels")
-    if not np.issubdtype(x.dtype, np.number):
-        raise DataFileError(f"{path}: features must be numbers, got {x.dtype}")
+    if x.ndim == 0 or x.shape[0] != count:
+        raise DataFileError(f"{path}: features of shape {x.shape} for {count} labels")
+    if x.dtype.kind not in "biuf":  # complex numbers would lose their imaginary part
+        raise DataFileError(f"{path}: features must be real numbers, got {x.dtype}")
     flat = x.reshape(count, -1).astype(np.float32)
     if not np.isfinite(flat).all():
         raise DataFileError(f"{path}: features hold NaN or infinity")

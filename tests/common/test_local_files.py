@@ -104,6 +104,11 @@ def test_parquet_is_read_like_csv(tmp_path: Path) -> None:
     [
         (lambda tmp: f"npz:{_npz(tmp, x=np.zeros((3, 2)))}", r"data.npz: .*\(no array 'y'"),
         (lambda tmp: f"npz:{_huge_npz(tmp)}", "x.npy: claims 512000000000000 bytes of data"),
+        (lambda tmp: f"npz:{_npz(tmp, x=np.float32(1), y=np.array([0]))}", r"shape \(\) for 1"),
+        (
+            lambda tmp: f"npz:{_npz(tmp, x=np.ones((2, 2), complex), y=np.array([0, 1]))}",
+            "features must be real numbers, got complex128",
+        ),
         (
             lambda tmp: f"npz:{_npz(tmp, x=np.zeros((2, 2)), y=np.array([0, 2**40]))}",
             "labels must be below 65536, got 1099511627776",
