@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 from flwr.app import Error, Message, Metadata, RecordDict
 
+from scripts.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import NetworkSchedule
@@ -124,3 +125,24 @@ def assert_replicas_hold_the_model_before_last(strategy: Any, grid: Any, final: 
         replica = load_vector(context.state, REPLICA_KEY)
         assert replica is not None
         np.testing.assert_allclose(replica, before_last, atol=1e-6)
+
+
+class RewriteRound(InProcessGrid):
+    """The in-process federation with ``rewrite`` applied to every reply of training round
+    ``server_round`` (all of them: colluders, or a round nobody is accepted in)."""
+
+    def __init__(self, settings: Any, server_round: int, rewrite: Any) -> None:
+        super().__init__(settings)
+        self.target, self.rewrite, self.round = server_round, rewrite, 0
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train":
+            self.round += 1
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if self.round == self.target:
+            for reply in replies:
+                self.rewrite(reply.content)
+        return replies

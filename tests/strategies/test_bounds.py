@@ -16,7 +16,7 @@ from server.build import bounds
 from strategies.bounds import Bounds
 from strategies.collectives.allreduce import implausible_claims
 from strategies.collectives.base import Participant
-from tests.helpers import reply_message, train_reply
+from tests.helpers import RewriteRound, reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import raw_array
@@ -254,24 +254,8 @@ def test_a_record_nobody_reads_is_refused_not_charged(
     assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
 
 
-class RefuseAllOfRound(InProcessGrid):
-    """Every training reply of round ``refused_round`` claims a negative loss (refused)."""
-
-    def __init__(self, settings, refused_round: int) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(settings)
-        self.refused_round, self.round = refused_round, 0
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> list[Message]:
-        messages = list(messages)
-        if messages and messages[0].metadata.message_type == "train":
-            self.round += 1
-        replies = super().send_and_receive(messages, timeout=timeout)
-        if self.round == self.refused_round:
-            for reply in replies:
-                reply.content.metric_records["metrics"]["train-loss"] = -1.0
-        return replies
+def _negative_loss(content: RecordDict) -> None:
+    content.metric_records["metrics"]["train-loss"] = -1.0  # refused
 
 
 @pytest.mark.usefixtures("task_identity")
@@ -282,7 +266,7 @@ def test_streaming_clients_go_on_after_a_round_that_accepted_nobody(buffer_polic
     settings = _settings(
         stream_rates="S1", batch_policy="rate", buffer_policy=buffer_policy, local_steps=2
     )
-    _, strategy, _ = _run(settings, rounds=4, grid=RefuseAllOfRound(settings, 2))
+    _, strategy, _ = _run(settings, rounds=4, grid=RewriteRound(settings, 2, _negative_loss))
     assert strategy.stats[2].num_clients == 0 and len(strategy.stats[2].refused) == 3
     for later in (3, 4):
         assert strategy.stats[later].num_clients == 3, strategy.stats[later].failed

@@ -1,15 +1,15 @@
 """The guard on the global model (strategies/guard.py): a round whose aggregate would destroy
 the model is not applied, and the run goes on."""
 
-from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import Array, Message
+from flwr.app import Array, RecordDict
 
-from scripts.in_process import InProcessGrid
 from strategies.collectives.base import DenseUpdate
 from strategies.guard import UpdateGuard
+from tests.helpers import RewriteRound
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import Sparse
 from wire.keys import ARRAYS_KEY
@@ -28,34 +28,23 @@ def test_an_update_far_larger_than_recent_ones_or_not_finite_is_refused() -> Non
     assert guard.refuse_model(np.array([0.0, np.inf], dtype=np.float32)) is not None
 
 
-class ScaleAllOfRound(InProcessGrid):
-    """Every dense training reply of round ``bad_round`` multiplied by ``factor``: colluders
-    that together pass a defence, or no defence at all."""
+def _scaled(factor: float) -> Any:
+    """Every dense update times ``factor``: colluders that together pass a defence, or no
+    defence at all."""
 
-    def __init__(self, settings, bad_round: int, factor: float) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(settings)
-        self.bad_round, self.factor, self.round = bad_round, factor, 0
+    def scale(content: RecordDict) -> None:
+        record = content.array_records[ARRAYS_KEY]
+        for name in list(record):
+            record[name] = Array(record[name].numpy() * np.float32(factor))
 
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> list[Message]:
-        messages = list(messages)
-        if messages and messages[0].metadata.message_type == "train":
-            self.round += 1
-        replies = super().send_and_receive(messages, timeout=timeout)
-        if self.round == self.bad_round:
-            for reply in replies:
-                record = reply.content.array_records[ARRAYS_KEY]
-                for name in list(record):
-                    record[name] = Array(record[name].numpy() * np.float32(self.factor))
-        return replies
+    return scale
 
 
 @pytest.mark.usefixtures("task_identity")
 def test_a_round_that_would_blow_up_the_model_is_not_applied_and_the_run_goes_on() -> None:
     settings = _settings(robust="none")
     clean, _, _ = _run(settings, rounds=6)
-    attacked, strategy, _ = _run(settings, rounds=6, grid=ScaleAllOfRound(settings, 5, 1e6))
+    attacked, strategy, _ = _run(settings, rounds=6, grid=RewriteRound(settings, 5, _scaled(1e6)))
     (reason,) = strategy.stats[5].refused
     assert reason.startswith("round 5: the aggregated update's norm") and "not applied" in reason
     assert strategy.stats[6].refused == [] and strategy.stats[6].num_clients == 3
