@@ -9,6 +9,8 @@ the virtual seconds until the 5-round moving mean of accuracy first reaches it
 (server/last_rounds.py). Per seed, the best fixed ratio in hindsight is the fastest of the
 group's runs whose names match ``--fixed`` (shell patterns); a run's time over that one is
 averaged over the seeds where both reached the target, and the seeds a run missed are counted.
+``--field validation_accuracy`` reads the validation split instead of the test split, for
+choices that must not see the test split (configs/compare/ratio-select.toml).
 """
 
 from __future__ import annotations
@@ -42,20 +44,27 @@ class TargetRow:
         return sum(s is not None for s in self.seconds.values())
 
 
-def _a20(rows: Sequence[Mapping[str, Any]]) -> float:
-    return LastRounds.of([float(r["accuracy"]) for r in rows]).mean_accuracy
+def _a20(rows: Sequence[Mapping[str, Any]], field: str = "accuracy") -> float:
+    return LastRounds.of([float(r[field]) for r in rows]).mean_accuracy
 
 
-def _seconds(rows: Sequence[Mapping[str, Any]], target: float) -> float | None:
-    hit = time_to_target([dict(r) for r in rows], target)
+def _seconds(rows: Sequence[Mapping[str, Any]], target: float, field: str) -> float | None:
+    hit = time_to_target([dict(r) for r in rows], target, field=field)
     return None if hit is None else hit[1]
 
 
 def target_rows(
-    records: Records, runs: Sequence[str], fixed: Sequence[str], target: float
+    records: Records,
+    runs: Sequence[str],
+    fixed: Sequence[str],
+    target: float,
+    field: str = "accuracy",
 ) -> list[TargetRow]:
-    """One row per run of a group (``runs``), at one target; ``fixed``: the fixed-ratio runs."""
-    seconds = {run: {s: _seconds(rows, target) for s, rows in records[run].items()} for run in runs}
+    """One row per run of a group (``runs``), at one target; ``fixed``: the fixed-ratio runs;
+    ``field``: the per-round accuracy read (the test split's unless told)."""
+    seconds = {
+        run: {s: _seconds(rows, target, field) for s, rows in records[run].items()} for run in runs
+    }
     best: dict[int, tuple[float, str] | None] = {}
     for seed in {s for run in runs for s in records[run]}:
         reached = [(t, r) for r in fixed if (t := seconds[r].get(seed)) is not None]
@@ -70,9 +79,7 @@ def target_rows(
         out.append(
             TargetRow(
                 run=run,
-                a20=statistics.fmean(
-                    _a20(rows) for rows in records[run].values()
-                ),
+                a20=statistics.fmean(_a20(rows, field) for rows in records[run].values()),
                 seconds=seconds[run],
                 vs_best_fixed=statistics.fmean(ratios) if ratios else None,
                 best_fixed={s: None if b is None else b[1] for s, b in best.items()},
@@ -108,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default results/compare/NAME")
     parser.add_argument("--below", type=float, nargs="+", default=[0.01, 0.003])
     parser.add_argument("--fixed", nargs="+", default=["allgather-c*", "allreduce-c*"])
+    parser.add_argument(
+        "--field", default="accuracy", help="per-round accuracy read, e.g. validation_accuracy"
+    )
     args = parser.parse_args(argv)
     comparison = compare_spec.load(compare_spec.find(args.comparison))
     out = args.out or DEFAULT_OUT / comparison.name
@@ -124,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     for baseline, runs in groups.items():
         if baseline not in records:
             continue
-        a20 = statistics.fmean(_a20(rows) for rows in records[baseline].values())
+        a20 = statistics.fmean(_a20(rows, args.field) for rows in records[baseline].values())
         fixed = [r for r in runs if any(fnmatch(r, pattern) for pattern in args.fixed)]
         for margin in args.below:
             target = a20 - margin
-            rows = target_rows(records, runs, fixed, target)
-            label = f"{baseline} A20 {a20:.4f} - {margin:g}"
+            rows = target_rows(records, runs, fixed, target, args.field)
+            label = f"{baseline} {args.field} A20 {a20:.4f} - {margin:g}"
             print(markdown(rows, target, label))
     return 0
 

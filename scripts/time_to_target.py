@@ -39,10 +39,7 @@ def main() -> None:
         if hit is None or fastest is None:
             print(f"| {label(d)} | {a20:.4f} | not reached | | |")
         else:
-            print(
-                f"| {label(d)} | {a20:.4f} | {hit[0]} | {hit[1]:.1f} "
-                f"| {hit[1] / fastest:.2f}x |"
-            )
+            print(f"| {label(d)} | {a20:.4f} | {hit[0]} | {hit[1]:.1f} | {hit[1] / fastest:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -47,11 +47,15 @@ def moving_mean(values: Sequence[float], width: int = SMOOTHING) -> list[float |
 
 
 def time_to_target(
-    rows: Sequence[Mapping[str, Any]], target: float, width: int = SMOOTHING
+    rows: Sequence[Mapping[str, Any]],
+    target: float,
+    width: int = SMOOTHING,
+    field: str = "accuracy",
 ) -> tuple[int, float] | None:
-    """(round, virtual seconds) at the first round whose moving mean accuracy reaches
-    ``target``; None when none does."""
-    smoothed = moving_mean([float(r["accuracy"]) for r in rows], width)
+    """(round, virtual seconds) at the first round whose moving mean of ``field`` (test
+    accuracy unless told, e.g. ``validation_accuracy``) reaches ``target``; None when none
+    does."""
+    smoothed = moving_mean([float(r[field]) for r in rows], width)
     for row, mean in zip(rows, smoothed, strict=True):
         if mean is not None and mean >= target:
             return int(row["round"]), float(row["virtual_time_s"])

@@ -35,3 +35,21 @@ def test_best_fixed_is_per_seed_and_misses_are_counted() -> None:
     assert "| chosen | 0.7790 | 1/2 | 2.5 | 0.50x |" in table
     one_seed = target_rows({"fixed-a": {1: RECORDS["fixed-a"][1]}}, ["fixed-a"], [], 0.95)
     assert "| fixed-a | 0.9500 | 1/1 | 5.0 | - |" in markdown(one_seed, 0.95, "group")
+
+
+def test_the_validation_field_is_read_instead_of_the_test_split() -> None:
+    # the test split holds 0.95 every round, the validation split 0.9
+    records = {
+        "run": {
+            1: [
+                {**row, "validation_accuracy": v}
+                for row, v in zip(_rows([1, 2, 3, 4, 5], STEADY), [0.9] * 5, strict=True)
+            ]
+        }
+    }
+    on_test = target_rows(records, ["run"], [], 0.95)[0]
+    on_validation = target_rows(records, ["run"], [], 0.9, field="validation_accuracy")[0]
+    missed = target_rows(records, ["run"], [], 0.95, field="validation_accuracy")[0]
+    assert on_test.seconds == {1: 5} and on_test.a20 == pytest.approx(0.95)
+    assert on_validation.seconds == {1: 5} and on_validation.a20 == pytest.approx(0.9)
+    assert missed.seconds == {1: None}
