@@ -16,6 +16,14 @@ The buffer (``StreamBuffer``: persistence or truncation, capacity) lives here to
 ``context.state``: its ids name samples in this process's memory. Samples the buffer no
 longer holds are released. The rate is measured from the publishers' own stamps (``t``) of the
 latest samples, so a burst the broker kept while the agent was down does not inflate it.
+
+A sample is data from the network, so neither its ``seq`` nor its stamp can take a sensor
+over (the broker's ACL keeps others off the topic; this holds without it): a redelivery is a
+seq seen among the last ``REDELIVERY_WINDOW`` (not any seq below the highest, so one forged
+2**63-1 locks nothing out), a seq more than ``MAX_SEQ_JUMP`` past the highest is refused, a
+stamp ahead of this device's clock by more than ``CLOCK_SKEW_MAX_S`` is refused, and the rate
+reads the stamps of samples that came live (``STAMP_LAG_MAX_S``), so stamps far in the past
+do not slow it.
 """
 
 from __future__ import annotations
@@ -52,6 +60,10 @@ STORE_MAX = 200_000  # samples held unread; beyond, the oldest are dropped (and 
 PENDING_MAX_BYTES = 64 << 20  # raw messages held before the run says what a sample looks like
 MAX_COUNT = 2**53  # counts stay exact as floats and fit the wire's integers
 QOS = 1
+REDELIVERY_WINDOW = 8192  # seqs remembered: QoS 1 redelivers what was not yet acknowledged
+MAX_SEQ_JUMP = STORE_MAX  # samples a publisher may have sent unseen (broker queues hold fewer)
+CLOCK_SKEW_MAX_S = 300.0  # a publisher's stamp may be this far ahead of the device's clock
+STAMP_LAG_MAX_S = 60.0  # a stamp older than this when its sample arrives did not come live
 
 
 class LiveStream:
@@ -63,10 +75,12 @@ class LiveStream:
         *,
         max_wait_s: float = LIVE_WAIT_MAX_S,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.partition_id = partition_id
         self.max_wait_s = max_wait_s
         self._clock = clock
+        self._wall_clock = wall_clock  # publishers stamp samples in Unix seconds
         self._epoch = clock()
         self._arrived = threading.Condition()
         self._pending: deque[bytes] = deque()  # before the shape is known
@@ -76,13 +90,16 @@ class LiveStream:
         self._y: list[int] = []
         self._seq: list[int] = []  # each sample's publisher seq (counted as published when read)
         self._at: list[float] = []  # stream seconds each sample reached the store
-        self._stamps: deque[float] = deque(maxlen=RATE_WINDOW)  # publishers' t
+        # publishers' t, and how long before the sample's arrival (device's clock) that was
+        self._stamps: deque[tuple[float, float]] = deque(maxlen=RATE_WINDOW)
         self._first_id = 0  # id of self._x[0]: released samples are gone
         self._read = 0  # next id to hand out
         self.clock_s = 0.0  # the time read up to
         self.buffer: StreamBuffer | None = None
         self.published = self.received = self.invalid = self.trained = 0
-        self._last_seq: int | None = None  # of the latest sample stored
+        self._top_seq: int | None = None  # the highest seq of the publisher's session
+        self._seen: set[int] = set()  # the session's latest seqs (``REDELIVERY_WINDOW``)
+        self._seen_order: deque[int] = deque()
         self._sessions_before = 0  # samples of publisher sessions that ended (seq back to 0)
         self._dropped_before = 0  # by buffers replaced, and for want of room
         self._interrupted = False
@@ -109,25 +126,47 @@ class LiveStream:
         except SampleError:
             self.invalid += 1
             return
-        last = self._last_seq
-        if last is not None and sample.seq <= last:
-            if sample.seq != 0:  # QoS 1 delivers at least once: a redelivery
+        top = self._top_seq
+        lag = self._wall_clock() - sample.sent_at
+        if lag < -CLOCK_SKEW_MAX_S:  # stamped in the future
+            self.invalid += 1
+            return
+        if top is not None and sample.seq == 0:  # the publisher restarted: a new session
+            self._sessions_before = min(MAX_COUNT, self._sessions_before + top + 1)
+            self._seen.clear()
+            self._seen_order.clear()
+            top = None
+        else:
+            redelivered = sample.seq in self._seen  # QoS 1 delivers at least once
+            forged = top is not None and sample.seq > top + MAX_SEQ_JUMP  # no queue held so many
+            if redelivered or forged:
                 self.invalid += 1
                 return
-            self._sessions_before = min(MAX_COUNT, self._sessions_before + last + 1)  # restart
-        self._last_seq = sample.seq
+        self._remember(sample.seq)
+        self._top_seq = sample.seq if top is None else max(top, sample.seq)
         self._x.append(sample.x)
         self._y.append(sample.y)
         self._seq.append(self._sessions_before + sample.seq)
         self._at.append(self.now_s())
-        self._stamps.append(sample.sent_at)
+        self._stamps.append((sample.sent_at, lag))
         unread = self._first_id + len(self._at) - self._read
         if unread > STORE_MAX:  # nobody reads (no run, or streams off): keep the newest
             self._read += 1
             self.received += 1
             self._dropped_before += 1
-            self.published = min(MAX_COUNT, self._seq[self._read - 1 - self._first_id] + 1)
+            self._count_published(self._read)
             self._forget_before(self._held_from())
+
+    def _remember(self, seq: int) -> None:
+        self._seen.add(seq)
+        self._seen_order.append(seq)
+        if len(self._seen_order) > REDELIVERY_WINDOW:
+            self._seen.discard(self._seen_order.popleft())
+
+    def _count_published(self, stop: int) -> None:
+        """Published: up to the highest seq read (a late sample counts nothing new)."""
+        seq = self._seq[stop - 1 - self._first_id]
+        self.published = max(self.published, min(MAX_COUNT, seq + 1))
 
     def configure(self, features: int, classes: int, policy: str, capacity: int) -> None:
         """What the run's samples look like and how it buffers them: a run with another shape
@@ -163,11 +202,14 @@ class LiveStream:
 
     @property
     def rate(self) -> float:
-        """Samples/s from the publishers' stamps of the latest samples (else since start)."""
+        """Samples/s over the span of the publishers' stamps of the latest samples: of those
+        that came live (stamped at most ``STAMP_LAG_MAX_S`` before they arrived) when two did,
+        else of all (else since start)."""
         with self._arrived:
-            stamps = list(self._stamps)
-            if len(stamps) >= 2 and stamps[-1] > stamps[0]:
-                return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+            live = [t for t, lag in self._stamps if lag <= STAMP_LAG_MAX_S]
+            stamps = live if len(live) >= 2 else [t for t, _ in self._stamps]
+            if len(stamps) >= 2 and max(stamps) > min(stamps):
+                return (len(stamps) - 1) / (max(stamps) - min(stamps))
             return max(len(self._x) + self._first_id, 1) / max(self.now_s(), 1e-3)
 
     def _count_until(self, time_s: float) -> int:
@@ -186,7 +228,7 @@ class LiveStream:
             stop = self._count_until(time_s)
             ids = np.arange(self._read, stop, dtype=np.int64)
             if ids.size:
-                self.published = min(MAX_COUNT, self._seq[stop - 1 - self._first_id] + 1)
+                self._count_published(stop)
             self._read = stop
             self.received += ids.size
             self.clock_s = max(self.clock_s, time_s)

@@ -8,6 +8,9 @@ to the server:
 - ``flip``: its update x −10 (sign-flipped), every round;
 - ``examples``: num-examples 10**12, every round;
 - ``var-claim``: ||TopK(e)||² claimed 1e300 (VAR leader), every round;
+- ``var-pin``: ||TopK(e)||² claimed 50 x its own (within the 100 x bound, so it leads under
+  VAR), and when it leads it names indices 0..k-1 and sends values there whose energy is what it
+  claimed: its claim checks out, its index set is useless;
 - ``inject``: injected samples with features 1e30, every round;
 - ``batch-claim``: honest updates, num-examples and stream-samples claimed 1024 (one local
   step of the largest batch, within the bounds), every round: it would drive the linearly
@@ -39,13 +42,16 @@ from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.codec import raw_array
 from wire.keys import (
     ARRAYS_KEY,
+    INDICES,
     INJECT_KEY,
+    MASK,
     METRICS_KEY,
     NUM_EXAMPLES,
     SPARSE_KEY,
     STREAM_SAMPLES,
     TOPK_NORM2,
     TRAIN,
+    TRAIN_INDICES,
     TRAIN_VALUES,
 )
 from wire.keys import VALUES as VALUES_ARRAY
@@ -70,7 +76,7 @@ DEFENCES = {
 ATTACKS_OF_MODE = {
     "dense": ("scale", "huge-once", "flip", "examples"),
     "allgather": ("scale", "huge-once", "flip", "examples"),
-    "allreduce-var": ("var-claim", "flip", "scale"),
+    "allreduce-var": ("var-claim", "var-pin", "flip", "scale"),
     "dense-injection": ("inject",),
     "flagship": ("batch-claim", "junk-record"),
 }
@@ -128,18 +134,57 @@ def _inject(content: RecordDict, server_round: int) -> RecordDict:
     return out
 
 
+class VarPin:
+    """``var-pin``, told its phase by what a reply holds: a training reply's claim, the
+    leader's indices, then values at them. Its state lives for one round."""
+
+    CLAIM_FACTOR = 50.0
+
+    def __init__(self) -> None:
+        self.claim = 0.0
+        self.led = False
+
+    def __call__(self, content: RecordDict, server_round: int) -> RecordDict:
+        metrics = content.metric_records.get(METRICS_KEY)
+        if metrics is not None and TOPK_NORM2 in metrics:
+            self.claim, self.led = float(metrics[TOPK_NORM2]) * self.CLAIM_FACTOR, False  # type: ignore[arg-type]
+            metrics[TOPK_NORM2] = self.claim
+            return content
+        record = content.array_records.get(SPARSE_KEY)
+        if record is None:
+            return content
+        out = RecordDict(dict(content.items()))
+        if INDICES in record:
+            count = record[INDICES].shape[0]
+            out[SPARSE_KEY] = ArrayRecord({INDICES: raw_array(np.arange(count, dtype="<i4"))})
+            self.led = True
+        elif MASK in record:
+            bits = np.unpackbits(np.frombuffer(record[MASK].data, np.uint8))
+            pinned = np.arange(bits.size) < int(bits.sum())
+            out[SPARSE_KEY] = ArrayRecord({MASK: raw_array(np.packbits(pinned))})
+            self.led = True
+        elif self.led and VALUES_ARRAY in record:  # a model without buffers: I is its k indices
+            k = record[VALUES_ARRAY].shape[0]
+            values = np.full(k, np.sqrt(self.claim / k), dtype="<f4")
+            out[SPARSE_KEY] = ArrayRecord({VALUES_ARRAY: raw_array(values)})
+        return out
+
+
 ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "scale": lambda c, r: _scaled(c, 1e6),
     "huge-once": lambda c, r: _scaled(c, None, 1e30) if r == 10 else c,
     "flip": lambda c, r: _scaled(c, -10.0),
     "examples": _metric(NUM_EXAMPLES, 10**12),
     "var-claim": _metric(TOPK_NORM2, 1e300),
+    "var-pin": VarPin(),
     "inject": _inject,
     "batch-claim": _claim_batches,
     "junk-record": _junk,
 }
 
 UPDATE_ATTACKS = {"scale", "huge-once", "flip"}
+# attacks on Allreduce's leader phases rewrite every reply of the round
+PHASE_ATTACKS = {"var-pin"}
 
 
 class AttackGrid(InProcessGrid):
@@ -150,6 +195,8 @@ class AttackGrid(InProcessGrid):
         self.attack = None if attack is None else ATTACKS[attack]
         # Allreduce's values come in their own phase: an update attack rewrites those too.
         self.rewrites = {TRAIN, TRAIN_VALUES} if attack in UPDATE_ATTACKS else {TRAIN}
+        if attack in PHASE_ATTACKS:
+            self.rewrites = {TRAIN, TRAIN_INDICES, TRAIN_VALUES}
         self.round = 0
 
     def send_and_receive(

@@ -1,8 +1,12 @@
-"""How far apart honest ||TopK(e)||² claims are: the justification of ``CLAIM_SPREAD``.
+"""How far apart honest ||TopK(e)||² claims are, and how much of their Top-k energy clients
+hold at an honest leader's indices: the justification of ``CLAIM_SPREAD`` and
+``INDEX_SHARE_FLOOR`` (strategies/collectives/allreduce.py).
 
 Runs honest Allreduce federations in process (VAR leader; IID and Dirichlet non-IID digits, the
 MLP and the CNN, streams at S2 rates with rate-sized batches) and prints, per run, the largest
-and the 99th percentile over rounds and clients of (claim / median of the others').
+and the 99th percentile over rounds and clients of (claim / median of the others'), and the
+smallest and the 1st percentile over rounds of the others' median share at the leader's
+index set (``others_share``).
 
     .venv/bin/python -m scripts.claim_spread
 """
@@ -34,7 +38,7 @@ CASES = {
 }
 
 
-def spread(name: str) -> tuple[str, float, float]:
+def spread(name: str) -> tuple[str, float, float, float, float]:
     from flwr.supercore.task_identity import TaskIdentity
 
     import strategies.collectives.allreduce as allreduce
@@ -44,7 +48,9 @@ def spread(name: str) -> tuple[str, float, float]:
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
     logging.getLogger("flwr").setLevel(logging.ERROR)
     ratios: list[float] = []
+    shares: list[float] = []
     check = allreduce.implausible_claims
+    judge = allreduce.others_share
 
     def observed(participants):  # type: ignore[no-untyped-def]
         claims = [p.reply.topk_norm2 or 0.0 for p in participants]
@@ -53,19 +59,30 @@ def spread(name: str) -> tuple[str, float, float]:
             ratios.extend(c / m for c, m in zip(claims, medians, strict=True) if m > 0.0)
         return check(participants)
 
+    def judged(leader, participants, chosen):  # type: ignore[no-untyped-def]
+        share = judge(leader, participants, chosen)
+        if share is not None:
+            shares.append(share)
+        return share
+
     allreduce.implausible_claims = observed  # type: ignore[assignment]
+    allreduce.others_share = judged  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as out:
         settings = resolve_settings(parse_overrides(f"{CASES[name]} results-dir={Path(out)}"))
         run_server_app(InProcessGrid(settings))
-    return name, max(ratios), float(np.percentile(ratios, 99))
+    p99, p1 = float(np.percentile(ratios, 99)), float(np.percentile(shares, 1))
+    return name, max(ratios), p99, min(shares), p1
 
 
 def main() -> None:
-    print("| run | largest claim / median of the others | 99th percentile |")
-    print("|---|---|---|")
+    print(
+        "| run | largest claim / median of the others | 99th percentile "
+        "| smallest share at the leader's I | 1st percentile |"
+    )
+    print("|---|---|---|---|---|")
     with ProcessPoolExecutor(2) as pool:
-        for name, largest, p99 in pool.map(spread, CASES):
-            print(f"| {name} | {largest:.2f} | {p99:.2f} |", flush=True)
+        for name, largest, p99, least, p1 in pool.map(spread, CASES):
+            print(f"| {name} | {largest:.2f} | {p99:.2f} | {least:.3f} | {p1:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

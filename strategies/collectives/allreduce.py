@@ -12,6 +12,8 @@ from is the index policy:
   ``global``: the Top-k of the previous aggregate, which freezes (``PreviousTopk``).
 A model's buffers are in every I (``ClientRound.always_sent``) and never take one of its k
 slots: the leader's indices, its VAR score and the one-phase policies' picks leave them out.
+A leader is judged twice: its values at its own indices must have the energy it claimed, and
+the others must hold some of their Top-k energy at its index set (``INDEX_SHARE_FLOOR``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
 # scripts/claim_spread.py, non-IID and rate-sized batches among them), never by a hundred.
 CLAIM_SPREAD = 100.0
 MIN_CLAIMS = 3
+# An honest leader's I is its own Top-k, and clients of one model hold much of their Top-k
+# energy there: the median over the others of ||e[I]||² / ||TopK(e)||² was at least 0.048
+# (Dirichlet 0.1), 0.18-0.23 with IID data, in the honest runs of scripts/claim_spread.py. An
+# index set where they hold almost none was not chosen for the model (indices 0..k-1 of the
+# MLP: 0.008-0.01, and training stops, A20 0.11 against 0.96; scripts/attacks.py ``var-pin``).
+# The floor is less than half the least honest share. A random set of k is not caught (about
+# c / (Top-k's share of ||e||²), like an honest non-IID leader's) and only slows a round. A
+# false alarm costs little: that leader leads no more, and the round goes on with the
+# others' values.
+INDEX_SHARE_FLOOR = 0.02
+MIN_JUDGES = 2  # other clients whose shares judge a leader's index set
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -283,19 +296,41 @@ def implausible_claims(participants: Sequence[Participant]) -> dict[int, str]:
     return reasons
 
 
+def own_topk_share(p: Participant, chosen: NDArray[np.bool_]) -> float | None:
+    """||e[I]||² / ||TopK(e)||² of one client, at most 1: how much of its own Top-k energy it
+    sent at the leader's indices (1 for the leader). Both over the weights: ``chosen`` marks
+    the entries of I that are not buffers, as TopK(e) leaves buffers out. None before its
+    values came."""
+    values, norm2 = p.contribution, p.reply.topk_norm2 or 0.0
+    if not isinstance(values, np.ndarray):
+        return None
+    at = values[chosen]
+    energy = float(at.astype(np.float64) @ at)
+    return min(1.0, energy / norm2) if norm2 > 0 else 1.0
+
+
 def shared_index_factor(participants: Sequence[Participant], chosen: NDArray[np.bool_]) -> float:
-    """Mean over clients (by examples) of ||e[I]||² / ||TopK(e)||²: how much of its own Top-k
-    energy a client sent at the leader's indices (1 for the leader). Both over the weights:
-    ``chosen`` marks the entries of I that are not buffers, as TopK(e) leaves buffers out."""
+    """Mean over clients (by examples) of their ``own_topk_share``."""
     shares, weights = [], []
     for p in participants:
-        values, norm2 = p.contribution, p.reply.topk_norm2 or 0.0
-        if isinstance(values, np.ndarray):
-            at = values[chosen]
-            energy = float(at.astype(np.float64) @ at)
-            shares.append(min(1.0, energy / norm2) if norm2 > 0 else 1.0)
+        share = own_topk_share(p, chosen)
+        if share is not None:
+            shares.append(share)
             weights.append(p.num_examples)
     return float(np.average(shares, weights=weights))
+
+
+def others_share(
+    leader: Participant, participants: Sequence[Participant], chosen: NDArray[np.bool_]
+) -> float | None:
+    """The median over the clients other than the leader of their ``own_topk_share`` at its
+    index set; None with fewer than ``MIN_JUDGES`` of them."""
+    shares = [
+        share
+        for p in participants
+        if p is not leader and (share := own_topk_share(p, chosen)) is not None
+    ]
+    return float(np.median(shares)) if len(shares) >= MIN_JUDGES else None
 
 
 class Allreduce:
@@ -428,6 +463,7 @@ class Allreduce:
         )
         accepted = screened(plan, accepted, VALUES_ACTION)
         chosen = ~np.isin(index_set, self.always_sent)
+        accepted = self._judge_index_set(plan, leader, accepted, chosen)
         factor = shared_index_factor(accepted, chosen) if accepted else None
         return self._aggregate(plan, index_set, accepted, factor)
 
@@ -520,6 +556,28 @@ class Allreduce:
         )
         accepted.sort(key=lambda p: p.partition_id)
         return accepted
+
+    def _judge_index_set(
+        self,
+        plan: RoundPlan,
+        leader: Participant,
+        accepted: list[Participant],
+        chosen: NDArray[np.bool_],
+    ) -> list[Participant]:
+        """The accepted, without the leader when the others hold less than
+        ``INDEX_SHARE_FLOOR`` of their Top-k energy at its index set (a set not chosen for the
+        model: it then leads no more). The others' values at I are their own: they stay."""
+        share = others_share(leader, accepted, chosen)
+        if share is None or share >= INDEX_SHARE_FLOOR:
+            return accepted
+        self.caught.add(leader.partition_id)
+        plan.log.refuse(
+            leader.node_id,
+            VALUES_ACTION,
+            f"the others hold a median {share:.3g} of their Top-k energy at its index set, "
+            f"below {INDEX_SHARE_FLOOR:g}; it leads no more",
+        )
+        return [p for p in accepted if p is not leader]
 
     def _check_claim(self, leader: Participant, values: Vector) -> None:
         """The leader sent its own Top-k: the energy of its values there is what it claimed

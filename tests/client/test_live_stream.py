@@ -168,9 +168,10 @@ def test_what_is_published_while_the_agent_is_down_waits_at_the_broker(
     assert counts.received == counts.published == 25  # the second publisher's, all of them
 
 
-def _payload(seq: int, label: int = 1) -> bytes:
+def _payload(seq: int, label: int = 1, sent_at: float | None = None) -> bytes:
     x = np.full(SPEC.num_features, float(seq), np.float32)
-    return encode_sample(StreamSample(seq=seq, sent_at=1000.0 + seq / 10, x=x, y=label))
+    at = 1000.0 + seq / 10 if sent_at is None else sent_at
+    return encode_sample(StreamSample(seq=seq, sent_at=at, x=x, y=label))
 
 
 def _offline(**kw: float) -> LiveStream:
@@ -188,6 +189,42 @@ def test_a_redelivered_sample_is_not_trained_twice_and_a_new_publisher_counts_on
     assert stream.samples(ids).x[:, 0].tolist() == [0, 1, 2, 3, 0, 1]
     counts = stream.counts()
     assert (counts.received, counts.invalid, counts.published) == (6, 2, 4 + 2)
+
+
+def test_a_forged_seq_locks_no_sensor_out() -> None:
+    stream = _offline()
+    for seq in (0, 1, 2**63 - 1, 2, 3):  # one seq far past any queue's gap: refused alone
+        stream.on_payload(_payload(seq, sent_at=1000.0))
+    first = stream.samples(stream.read_until(stream.now_s())).x[:, 0].tolist()
+    assert first == [0, 1, 2, 3]
+    assert (stream.counts().invalid, stream.counts().published) == (1, 4)
+    late = _offline()  # the forged one came first: the honest ones that follow are still taken
+    for seq in (2**62, 5, 6, 6):
+        late.on_payload(_payload(seq, sent_at=1000.0))
+    assert late.samples(late.read_until(late.now_s())).x.shape[0] == 3
+    assert late.counts().invalid == 1  # the second 6 is a redelivery
+
+
+def test_a_stamp_ahead_of_the_device_clock_is_refused_and_far_stamps_barely_move_the_rate() -> None:
+    def stamped(seq: int, at: float) -> bytes:
+        x = np.full(SPEC.num_features, 0.0, np.float32)
+        return encode_sample(StreamSample(seq=seq, sent_at=at, x=x, y=1))
+
+    honest = _offline(wall_clock=lambda: 1010.0)
+    for seq in range(100):  # 10 samples/s
+        honest.on_payload(stamped(seq, 1000.0 + seq / 10))
+    attacked = _offline(wall_clock=lambda: 1010.0)
+    for seq in range(100):
+        at = 1000.0 + seq / 10
+        at = {10: 1.0, 20: 1010.0, 30: 1010.0 + 301.0}.get(seq, at)  # far past, now, future
+        attacked.on_payload(stamped(seq, at))
+    assert attacked.counts().invalid == 1  # the one 301 s ahead of the device's clock
+    assert honest.rate == pytest.approx(10.0, rel=1e-6)
+    assert attacked.rate == pytest.approx(10.0, rel=0.05)  # the whole span's: 0.1 /s
+    queued = _offline(wall_clock=lambda: 5000.0)  # every sample kept while the agent was down
+    for seq in range(100):
+        queued.on_payload(stamped(seq, 1000.0 + seq / 10))
+    assert queued.rate == pytest.approx(10.0, rel=1e-6)  # none came live: all stamps count
 
 
 def test_samples_before_the_first_round_wait_and_a_new_shape_starts_afresh() -> None:

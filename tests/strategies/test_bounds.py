@@ -307,3 +307,39 @@ def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
         stats = strategy.stats[server_round]
         assert any("but not this round's leader" in r for r in stats.refused)
         assert stats.num_clients == (0 if how == "replace" else 3)
+
+
+class PinningGrid(InProcessGrid):
+    """Node 101 as the ``var-pin`` attacker of scripts/attacks.py, in every phase."""
+
+    def __init__(self, settings) -> None:  # type: ignore[no-untyped-def]
+        from scripts.attacks import VarPin
+
+        super().__init__(settings)
+        self.attack = VarPin()
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        return [
+            Message(content=self.attack(r.content, 0), metadata=r.metadata)  # type: ignore[call-overload]
+            if r.metadata.src_node_id == 101 and not r.has_error()
+            else r
+            for r in super().send_and_receive(messages, timeout=timeout)
+        ]
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more() -> None:
+    """Its claim checks out (its values at its indices have the energy it claimed), but the
+    others hold almost none of their Top-k energy at indices 0..k-1."""
+    settings = _settings(**VAR)
+    grid = PinningGrid(settings)
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert leaders[0] == 101 and 101 not in leaders[1:]
+    (reason,) = strategy.stats[1].refused
+    assert reason.startswith("node 101 (values): the others hold a median ")
+    assert "of their Top-k energy at its index set, below 0.02; it leads no more" in reason
+    assert strategy.stats[1].num_clients == 2  # the others' values at its indices
+    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 3
