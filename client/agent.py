@@ -267,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--superexec-auth-secret-file",
         type=Path,
-        help="the file the SuperNode reads with --superexec-auth-secret-file",
+        help="the file the SuperNode reads with --superexec-auth-secret-file (required)",
+    )
+    parser.add_argument(
+        "--no-superexec-auth",
+        action="store_true",
+        help="serve a SuperNode started without a secret: any local process could then take "
+        "this node's tasks (for a trusted machine only)",
     )
     parser.add_argument("--poll-s", type=float, default=DEFAULT_POLL_S, help="idle poll")
     parser.add_argument(
@@ -293,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
     if not 0.001 <= args.poll_s <= 60:
         parser.error(f"--poll-s must be within [0.001, 60] s, got {args.poll_s}")
+    if (args.superexec_auth_secret_file is None) != args.no_superexec_auth:
+        parser.error(
+            "give --superexec-auth-secret-file (the SuperNode's), or --no-superexec-auth for a "
+            "SuperNode without one"
+        )
     try:
         secret = load_superexec_auth_secret(
             None

@@ -42,7 +42,12 @@ def test_the_agent_runs_only_its_own_app_at_its_own_version() -> None:
     [
         (["--mqtt", "127.0.0.1:1883"], "--mqtt needs --partition-id"),
         (["--mqtt", "localhost", "--partition-id", "0"], "is not host:port"),
-        (["--poll-s", "0"], "--poll-s must be within"),
+        (["--poll-s", "0", "--no-superexec-auth"], "--poll-s must be within"),
+        ([], "give --superexec-auth-secret-file (the SuperNode's), or --no-superexec-auth"),
+        (
+            ["--superexec-auth-secret-file", "s", "--no-superexec-auth"],
+            "give --superexec-auth-secret-file",
+        ),
     ],
 )
 def test_bad_arguments_stop_the_agent_before_it_starts(
