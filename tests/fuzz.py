@@ -1,7 +1,10 @@
 """A seeded fuzzer of malformed and hostile replies, driven through the in-process federation.
 
-Every case runs two rounds with three clients: round 1 honest (identities and replicas bound),
-round 2 with one node's reply in one phase replaced by a mutation of it. The outcome is one of
+Through the real ServerApp (``server.app.main``: records, evaluation, checkpoint; the model
+read back from the checkpoint) or, faster, through the strategy alone (``--through
+strategy``, what the test suite samples). Every case runs two rounds with three clients:
+round 1 honest (identities and replicas bound), round 2 with one node's reply in one phase
+replaced by a mutation of it. The outcome is one of
 - ``refused``: the server refused that reply, naming the node, and the model equals the model
   of the same round without that reply;
 - ``harmless``: accepted, and the model equals the honest round's;
@@ -10,7 +13,8 @@ round 2 with one node's reply in one phase replaced by a mutation of it. The out
 Finite values that merely differ (a scaled update, random but valid bytes, a plausible norm
 claim) are not malformed: robust aggregation and the leader's claim check answer those.
 
-    .venv/bin/python -m tests.fuzz --cases 600      # prints the table per phase
+    .venv/bin/python -m tests.fuzz --cases 2000     # prints the table per phase
+    .venv/bin/python -m tests.fuzz --cases 600 --through strategy
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
@@ -30,9 +36,11 @@ from common.data import DIGITS_SPEC, client_partition
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import Settings, settings_with
-from scripts.in_process import InProcessGrid
+from scripts.in_process import InProcessGrid, run_server_app
 from server.app import build_strategy
 from server.build import train_config_record
+from server.checkpoint import CHECKPOINT_NAME
+from server.records import read_rounds
 from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
@@ -290,7 +298,28 @@ class MutatingGrid(InProcessGrid):
         return int(self.target)
 
 
-def _run(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
+def _run(
+    phase: str, mutate: object, through: str = "strategy"
+) -> tuple[np.ndarray, list[str], int | None]:
+    """Round 2's model, its refusals and the node whose reply was mutated (None: none was)."""
+    return THROUGH[through](phase, mutate)
+
+
+def _through_server_app(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
+    mode, kind, target = PHASES[phase]
+    with tempfile.TemporaryDirectory() as out:
+        settings = settings_with(
+            **(BASE | MODES[mode]), num_server_rounds=2, checkpoint_every=2, results_dir=out
+        )
+        grid = MutatingGrid(settings, kind, target, mutate)
+        run_server_app(grid)
+        with np.load(Path(out) / CHECKPOINT_NAME, allow_pickle=False) as checkpoint:
+            model = checkpoint["model"]
+        refused = read_rounds(Path(out))[1]["refused"]
+    return model, refused, grid.hit
+
+
+def _through_strategy(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
     mode, kind, target = PHASES[phase]
     settings = settings_with(**(BASE | MODES[mode]))
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
@@ -306,25 +335,29 @@ def _run(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]
     return layout.flatten(result.arrays), strategy.stats[2].refused, grid.hit
 
 
+THROUGH = {"server-app": _through_server_app, "strategy": _through_strategy}
 OUTCOMES = ("refused", "harmless", "wrong", "crashed")
 
 
-def fuzz(cases: int, seed: int = 0) -> tuple[dict[str, Counter[str]], list[str]]:
-    """``cases`` mutated replies spread over the phases: outcome counts per phase, and what
-    the server said of each ``wrong`` case."""
+def fuzz(
+    cases: int, seed: int = 0, through: str = "strategy", phases: Iterable[str] = PHASES
+) -> tuple[dict[str, Counter[str]], list[str]]:
+    """``cases`` mutated replies spread over the ``phases``: outcome counts per phase, and
+    what the server said of each ``wrong`` case."""
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
     rng = random.Random(seed)
-    references = {p: (_run(p, "keep")[0], _run(p, "drop")[0]) for p in PHASES}
-    counts: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
+    phases = list(phases)
+    references = {p: (_run(p, "keep", through)[0], _run(p, "drop", through)[0]) for p in phases}
+    counts: dict[str, Counter[str]] = {p: Counter() for p in phases}
     wrong: list[str] = []
-    phases = list(PHASES)
     for case in range(cases):
         phase = phases[case % len(phases)]
         mutation = rng.choice(MUTATIONS)
         case_rng = random.Random(rng.getrandbits(32))
         honest, dropped = references[phase]
         try:
-            model, refused, node = _run(phase, lambda c, m=mutation, r=case_rng: m(c, r))
+            mutate = lambda c, m=mutation, r=case_rng: m(c, r)  # noqa: E731
+            model, refused, node = _run(phase, mutate, through)
         except Exception:  # what the suite exists to find
             counts[phase]["crashed"] += 1
             continue
@@ -357,8 +390,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--through", choices=sorted(THROUGH), default="server-app")
     args = parser.parse_args()
-    counts, wrong = fuzz(args.cases, args.seed)
+    counts, wrong = fuzz(args.cases, args.seed, args.through)
     print(table(counts))
     for case in wrong:
         print("wrong:", case)
