@@ -45,6 +45,7 @@ from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 
+DROPPED_WAIT_S = 2.0  # through the ServerApp: how long a round waits for a reply not coming
 PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 BASE = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
 # mode -> settings; phase -> (mode, message type, whose reply: a node id or "leader")
@@ -259,15 +260,21 @@ class MutatingGrid(InProcessGrid):
             context.state[LOCAL_DATA_KEY] = _partition(settings, partition)
         self.phase, self.target, self.mutate = phase, target, mutate
         self.round = 0
+        self.sharer: int | None = None  # of this round, under injection
         self.hit: int | None = None
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:
+        """The strategy alone sends a phase's messages at once; the ServerApp's timed grid
+        pushes them one at a time: the round comes from the training instructions."""
         messages = list(messages)
         kind = messages[0].metadata.message_type if messages else ""
         if kind == "train":
-            self.round += 1
+            config = messages[0].content.config_records["config"]
+            server_round = int(config["server-round"])  # type: ignore[arg-type]
+            if server_round != self.round:
+                self.round, self.sharer = server_round, None
         replies = super().send_and_receive(messages, timeout=timeout)
         if self.round != 2 or kind != self.phase:
             return replies
@@ -287,14 +294,15 @@ class MutatingGrid(InProcessGrid):
                 out.append(Message(content=mutated, metadata=reply.metadata))
         return out
 
-    def _target(self, messages: list[Message]) -> int:
+    def _target(self, messages: list[Message]) -> int | None:
         if self.target == "leader":
             return messages[0].metadata.dst_node_id
-        if self.target == "sharer":  # the node asked to share this round
+        if self.target == "sharer":  # the node asked to share this round (every message says)
             for m in messages:
                 config = m.content.config_records.get("config")
                 if config is not None and "inject-partitions" in config:
-                    return 100 + int(config["inject-partitions"][0])  # type: ignore[index]
+                    self.sharer = 100 + int(config["inject-partitions"][0])  # type: ignore[index]
+            return self.sharer
         return int(self.target)
 
 
@@ -308,8 +316,12 @@ def _run(
 def _through_server_app(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
     mode, kind, target = PHASES[phase]
     with tempfile.TemporaryDirectory() as out:
-        settings = settings_with(
-            **(BASE | MODES[mode]), num_server_rounds=2, checkpoint_every=2, results_dir=out
+        settings = settings_with(  # a dropped reply is waited for until the round times out
+            **(BASE | MODES[mode]),
+            num_server_rounds=2,
+            checkpoint_every=2,
+            results_dir=out,
+            round_timeout_s=DROPPED_WAIT_S,
         )
         grid = MutatingGrid(settings, kind, target, mutate)
         run_server_app(grid)
