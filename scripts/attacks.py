@@ -15,11 +15,17 @@ to the server:
 - ``batch-claim``: honest updates, num-examples and stream-samples claimed 1024 (one local
   step of the largest batch, within the bounds), every round: it would drive the linearly
   scaled learning rate up;
-- ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round.
-The ``flagship`` mode is configs/flagship.toml (600 rounds) under its default defence.
+- ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round;
+- ``collude-2``, ``collude-3``: partitions 0 and 1 (and 2) send one and the same update, the
+  first colluder's of the phase x −10 (sign-flipped), every round: a coalition the screen
+  must not count as the rest.
+The ``flagship`` mode is configs/flagship.toml (600 rounds) under its default defence; the
+``-sampled`` modes train 4 of the 10 clients a round.
 
     .venv/bin/python -m scripts.attacks --out /tmp/attacks             # all runs, two at a time
     .venv/bin/python -m scripts.attacks --out /tmp/attacks --modes flagship --seeds 42
+    .venv/bin/python -m scripts.attacks --out /tmp/attacks --attacks clean collude-2 \
+        --defences clip-screen
     .venv/bin/python -m scripts.attacks --out /tmp/attacks --table     # the table only
 """
 
@@ -58,25 +64,39 @@ from wire.keys import VALUES as VALUES_ARRAY
 from wire.messages import Samples
 
 ATTACKER = 100
+COLLUDERS = {"collude-2": (100, 101), "collude-3": (100, 101, 102)}
 COMMON = "num-clients=10 num-server-rounds=150"
+SAMPLED = "clients-per-round=4"
 MODES = {
     "dense": "",
     "allgather": "strategy=topk collective=allgather compression-ratio=0.01",
     "allreduce-var": "strategy=topk collective=allreduce leader=var compression-ratio=0.01",
+    "dense-sampled": SAMPLED,
+    "allgather-sampled": f"strategy=topk collective=allgather compression-ratio=0.01 {SAMPLED}",
+    "allreduce-var-sampled": (
+        f"strategy=topk collective=allreduce leader=var compression-ratio=0.01 {SAMPLED}"
+    ),
     "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
     "flagship": "configs/flagship.toml num-server-rounds=600",
 }
+COALITIONS = ("collude-2", "collude-3")
 DEFENCES = {
     "dense": ("none", "clip", "clip-screen", "trimmed-mean", "median"),
     "allgather": ("none", "clip", "clip-screen"),
     "allreduce-var": ("none", "clip", "clip-screen", "median"),
+    "dense-sampled": ("clip-screen",),
+    "allgather-sampled": ("clip-screen",),
+    "allreduce-var-sampled": ("clip-screen",),
     "dense-injection": ("none", "clip", "clip-screen"),
     "flagship": ("clip-screen",),
 }
 ATTACKS_OF_MODE = {
-    "dense": ("scale", "huge-once", "flip", "examples"),
-    "allgather": ("scale", "huge-once", "flip", "examples"),
-    "allreduce-var": ("var-claim", "var-pin", "flip", "scale"),
+    "dense": ("scale", "huge-once", "flip", "examples", *COALITIONS),
+    "allgather": ("scale", "huge-once", "flip", "examples", *COALITIONS),
+    "allreduce-var": ("var-claim", "var-pin", "flip", "scale", *COALITIONS),
+    "dense-sampled": ("flip", *COALITIONS),
+    "allgather-sampled": ("flip", *COALITIONS),
+    "allreduce-var-sampled": ("var-pin", "flip", *COALITIONS),
     "dense-injection": ("inject",),
     "flagship": ("batch-claim", "junk-record"),
 }
@@ -170,6 +190,27 @@ class VarPin:
         return out
 
 
+class Coalition:
+    """Colluders that send one update: the first colluder's of a phase, x −10, in every
+    colluder's own reply of that phase (their metrics stay their own)."""
+
+    def __init__(self) -> None:
+        self.phase: tuple[int, str] | None = None  # (round, message type) of ``update``
+        self.update: dict[str, ArrayRecord] = {}
+
+    def __call__(self, content: RecordDict, phase: tuple[int, str]) -> RecordDict:
+        if phase != self.phase:
+            flipped = _scaled(content, -10.0)
+            self.phase = phase
+            self.update = {k: flipped.array_records[k] for k in UPDATE_RECORDS if k in flipped}
+            return flipped
+        out = RecordDict(dict(content.items()))
+        for key, record in self.update.items():
+            if key in out:
+                out[key] = record
+        return out
+
+
 ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "scale": lambda c, r: _scaled(c, 1e6),
     "huge-once": lambda c, r: _scaled(c, None, 1e30) if r == 10 else c,
@@ -182,7 +223,8 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "junk-record": _junk,
 }
 
-UPDATE_ATTACKS = {"scale", "huge-once", "flip"}
+UPDATE_RECORDS = (ARRAYS_KEY, SPARSE_KEY)
+UPDATE_ATTACKS = {"scale", "huge-once", "flip", *COLLUDERS}
 # attacks on Allreduce's leader phases rewrite every reply of the round
 PHASE_ATTACKS = {"var-pin"}
 
@@ -192,7 +234,9 @@ class AttackGrid(InProcessGrid):
 
     def __init__(self, settings: Settings, attack: str | None) -> None:
         super().__init__(settings)
-        self.attack = None if attack is None else ATTACKS[attack]
+        self.attack = None if attack is None or attack in COLLUDERS else ATTACKS[attack]
+        self.coalition = Coalition() if attack in COLLUDERS else None
+        self.attackers = COLLUDERS.get(attack or "", (ATTACKER,))
         # Allreduce's values come in their own phase: an update attack rewrites those too.
         self.rewrites = {TRAIN, TRAIN_VALUES} if attack in UPDATE_ATTACKS else {TRAIN}
         if attack in PHASE_ATTACKS:
@@ -207,14 +251,20 @@ class AttackGrid(InProcessGrid):
         if kind == TRAIN:  # the ServerApp's timed grid pushes one message at a time: read the round
             self.round = int(messages[0].content.config_records["config"]["server-round"])  # type: ignore[arg-type]
         replies = super().send_and_receive(messages, timeout=timeout)
-        if self.attack is None or kind not in self.rewrites:
+        if (self.attack is None and self.coalition is None) or kind not in self.rewrites:
             return replies
         return [
-            Message(content=self.attack(r.content, self.round), metadata=r.metadata)  # type: ignore[call-overload]
-            if r.metadata.src_node_id == ATTACKER and not r.has_error()
+            Message(content=self._rewrite(r.content, str(kind)), metadata=r.metadata)  # type: ignore[call-overload]
+            if r.metadata.src_node_id in self.attackers and not r.has_error()
             else r
             for r in replies
         ]
+
+    def _rewrite(self, content: RecordDict, kind: str) -> RecordDict:
+        if self.coalition is not None:
+            return self.coalition(content, (self.round, kind))
+        assert self.attack is not None
+        return self.attack(content, self.round)
 
 
 def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
@@ -241,14 +291,21 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
 
 
 def jobs(
-    out: str, seeds: list[int], modes: list[str] | None = None
+    out: str,
+    seeds: list[int],
+    modes: list[str] | None = None,
+    attacks: list[str] | None = None,
+    defences: list[str] | None = None,
 ) -> list[tuple[str, str | None, str, int, str]]:
+    """Every (mode, attack, defence, seed) run asked for; ``None``: all of them."""
     return [
         (mode, attack, defence, seed, out)
-        for mode, defences in DEFENCES.items()
+        for mode, mode_defences in DEFENCES.items()
         if modes is None or mode in modes
         for attack in (None, *ATTACKS_OF_MODE[mode])
-        for defence in defences
+        if attacks is None or (attack or "clean") in attacks
+        for defence in mode_defences
+        if defences is None or defence in defences
         for seed in seeds
     ]
 
@@ -281,9 +338,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 7])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), help="default: all")
+    parser.add_argument(
+        "--attacks", nargs="+", choices=["clean", *sorted(ATTACKS), *COLLUDERS], help="default: all"
+    )
+    parser.add_argument("--defences", nargs="+", help="default: each mode's")
     parser.add_argument("--table", action="store_true", help="only the table of finished runs")
     args = parser.parse_args()
-    todo = jobs(args.out, args.seeds, args.modes)
+    todo = jobs(args.out, args.seeds, args.modes, args.attacks, args.defences)
     if args.table:
         rows = [run_one(j) for j in todo if _done(j)]
     else:

@@ -178,6 +178,22 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
         assert strategy.stats[server_round].num_clients == 4
 
 
+@pytest.mark.parametrize("mode", ["dense", "allgather", "allreduce-var"])
+def test_a_coalition_of_two_sending_one_flipped_update_is_refused(mode: str) -> None:
+    """scripts/attacks.py's ``collude-2``: nodes 100 and 101 of 6 send one update, flipped."""
+    settings = _settings(num_clients=6, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode])
+    rounds = ClipScreen.MIN_ROUNDS + 6
+    grid = AttackGrid(settings, "collude-2")
+    _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
+    for server_round in range(1, rounds + 1):
+        nodes = {r.split(":")[0].split(" (")[0] for r in strategy.stats[server_round].refused}
+        assert nodes <= {"node 100", "node 101"}  # an honest node never
+    for server_round in range(rounds - 2, rounds + 1):
+        nodes = {r.split(":")[0].split(" (")[0] for r in strategy.stats[server_round].refused}
+        assert nodes == {"node 100", "node 101"}
+        assert strategy.stats[server_round].num_clients == 4
+
+
 def test_a_refused_node_picks_no_index_set() -> None:
     """A sign flip at the honest scale keeps its norm claim true, so only the screen sees it;
     from then on the STAR rotation passes it over."""
