@@ -292,6 +292,7 @@ class EdgeStrategy(FedAvg):
         identified are asked their partition first); what the record says of it; and every
         node connected (a partition's owner still holds it while it is not sampled)."""
         _, connected = sample_nodes(grid, self.min_available_nodes, self.min_available_nodes)
+        self.identities.saw(connected, server_round)
         if self.sampler is None:
             return sorted(connected), None, frozenset(connected)
         unknown = sorted(n for n in connected if n not in self.identities.partition_of)

@@ -98,4 +98,3 @@ class Replicas:
             self._changed_in[applied.indices] = self.version
         for node in held:
             self._holds[node] = sent_version
-

@@ -1,7 +1,5 @@
 """A node cannot speak for a partition bound to another node that is still there."""
 
-from collections import Counter
-
 import numpy as np
 import pytest
 from flwr.app import Message
@@ -13,28 +11,41 @@ from tests.strategies.test_dense import _record, _start_round, _strategy
 
 def test_bound_on_first_accepted_reply_and_held() -> None:
     ids = Identities()
-    ids.check(100, 0, Counter({0: 1}), connected={100, 101})
+    ids.check(100, 0, {0: [100]}, connected={100, 101})
     ids.bind(100, 0)
     with pytest.raises(ValueError, match="partition-id 0 belongs to node 100"):
-        ids.check(101, 0, Counter({0: 2}), connected={100, 101})
+        ids.check(101, 0, {0: [100, 101]}, connected={100, 101})
     with pytest.raises(ValueError, match="but this node is partition 0"):
-        ids.check(100, 1, Counter({1: 1}), connected={100, 101})
+        ids.check(100, 1, {1: [100]}, connected={100, 101})
 
 
 def test_a_restarted_device_takes_its_partition_back_once_the_old_node_is_gone() -> None:
     ids = Identities()
     ids.bind(100, 0)
     with pytest.raises(ValueError, match="belongs to node 100"):
-        ids.check(105, 0, Counter({0: 1}), connected={100, 105})  # the old one still connected
-    ids.check(105, 0, Counter({0: 1}), connected={105})
+        ids.check(105, 0, {0: [105]}, connected={100, 105})  # the old one still connected
+    ids.check(105, 0, {0: [105]}, connected={105})
     ids.bind(105, 0)
     assert ids.owner_of == {0: 105} and ids.partition_of == {105: 0}
 
 
-def test_an_unheld_partition_claimed_twice_goes_to_nobody() -> None:
+def test_an_unheld_partition_claimed_twice_goes_to_the_node_connected_longest() -> None:
     ids = Identities()
-    with pytest.raises(ValueError, match="claimed by 2 nodes this round and held by none"):
-        ids.check(101, 2, Counter({2: 2}), connected={101, 102})
+    ids.saw([102], server_round=1)
+    ids.saw([101, 102, 103], server_round=2)
+    claims = {2: [101, 102, 103]}
+    connected = {101, 102, 103}
+    ids.check(102, 2, claims, connected)  # seen since round 1: it takes the partition
+    for late in (101, 103):  # refused alone, whatever their node ids
+        with pytest.raises(ValueError, match="held by none; node 102, connected longest, takes"):
+            ids.check(late, 2, claims, connected)
+    ids.bind(102, 2)
+    with pytest.raises(ValueError, match="belongs to node 102"):  # and it stays with 102
+        ids.check(101, 2, {2: [101]}, connected)
+    ids.saw([104, 105], server_round=3)  # first seen together: the lower node id
+    ids.check(104, 3, {3: [105, 104]}, {104, 105})
+    with pytest.raises(ValueError, match="node 104, connected longest"):
+        ids.check(105, 3, {3: [105, 104]}, {104, 105})
 
 
 @pytest.mark.usefixtures("task_identity")
