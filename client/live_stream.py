@@ -20,8 +20,9 @@ latest samples, so a burst the broker kept while the agent was down does not inf
 A sample is data from the network, so neither its ``seq`` nor its stamp can take a sensor
 over (the broker's ACL keeps others off the topic; this holds without it): a redelivery is a
 seq seen among the last ``REDELIVERY_WINDOW`` (not any seq below the highest, so one forged
-2**63-1 locks nothing out), a seq more than ``MAX_SEQ_JUMP`` past the highest is refused, a
-stamp ahead of this device's clock by more than ``CLOCK_SKEW_MAX_S`` is refused, and the rate
+2**63-1 locks nothing out), a jump in seq counts at most ``MAX_SEQ_GAP`` samples as published,
+a seq 0 with the session's first stamp is a redelivery, not a restart, a stamp ahead of this
+device's clock by more than ``CLOCK_SKEW_MAX_S`` is refused (with one warning), and the rate
 reads the stamps of samples that came live (``STAMP_LAG_MAX_S``), so stamps far in the past
 do not slow it.
 """
@@ -61,7 +62,7 @@ PENDING_MAX_BYTES = 64 << 20  # raw messages held before the run says what a sam
 MAX_COUNT = 2**53  # counts stay exact as floats and fit the wire's integers
 QOS = 1
 REDELIVERY_WINDOW = 8192  # seqs remembered: QoS 1 redelivers what was not yet acknowledged
-MAX_SEQ_JUMP = STORE_MAX  # samples a publisher may have sent unseen (broker queues hold fewer)
+MAX_SEQ_GAP = STORE_MAX  # a jump in seq counts at most this many samples as published
 CLOCK_SKEW_MAX_S = 300.0  # a publisher's stamp may be this far ahead of the device's clock
 STAMP_LAG_MAX_S = 60.0  # a stamp older than this when its sample arrives did not come live
 
@@ -88,7 +89,7 @@ class LiveStream:
         self._shape: tuple[int, int] | None = None  # (features, classes)
         self._x: list[NDArray[np.float32]] = []
         self._y: list[int] = []
-        self._seq: list[int] = []  # each sample's publisher seq (counted as published when read)
+        self._seq: list[int] = []  # samples published by each one's arrival (counted when read)
         self._at: list[float] = []  # stream seconds each sample reached the store
         # publishers' t, and how long before the sample's arrival (device's clock) that was
         self._stamps: deque[tuple[float, float]] = deque(maxlen=RATE_WINDOW)
@@ -98,9 +99,11 @@ class LiveStream:
         self.buffer: StreamBuffer | None = None
         self.published = self.received = self.invalid = self.trained = 0
         self._top_seq: int | None = None  # the highest seq of the publisher's session
+        self._first_stamp: float | None = None  # of the session's seq 0 (a redelivery repeats it)
         self._seen: set[int] = set()  # the session's latest seqs (``REDELIVERY_WINDOW``)
         self._seen_order: deque[int] = deque()
-        self._sessions_before = 0  # samples of publisher sessions that ended (seq back to 0)
+        self._published_total = 0  # published up to the highest seq of every session so far
+        self._warned_clock = False
         self._dropped_before = 0  # by buffers replaced, and for want of room
         self._interrupted = False
 
@@ -130,23 +133,33 @@ class LiveStream:
         lag = self._wall_clock() - sample.sent_at
         if lag < -CLOCK_SKEW_MAX_S:  # stamped in the future
             self.invalid += 1
+            if not self._warned_clock:
+                self._warned_clock = True
+                log.warning(
+                    "partition %d: samples stamped %.0f s ahead of this device's clock are "
+                    "refused (more than %.0f s): set both clocks (NTP)",
+                    self.partition_id,
+                    -lag,
+                    CLOCK_SKEW_MAX_S,
+                )
             return
-        if top is not None and sample.seq == 0:  # the publisher restarted: a new session
-            self._sessions_before = min(MAX_COUNT, self._sessions_before + top + 1)
+        if top is not None and sample.seq == 0 and sample.sent_at != self._first_stamp:
+            top = None  # the publisher restarted: a new session
             self._seen.clear()
             self._seen_order.clear()
-            top = None
-        else:
-            redelivered = sample.seq in self._seen  # QoS 1 delivers at least once
-            forged = top is not None and sample.seq > top + MAX_SEQ_JUMP  # no queue held so many
-            if redelivered or forged:
-                self.invalid += 1
-                return
+        elif sample.seq in self._seen:  # QoS 1 delivers at least once: a redelivery
+            self.invalid += 1
+            return
+        if top is None:
+            self._first_stamp = sample.sent_at if sample.seq == 0 else None
+            self._published_total += min(sample.seq + 1, MAX_SEQ_GAP)
+        elif sample.seq > top:  # a late sample (below the top) was counted with the gap
+            self._published_total += min(sample.seq - top, MAX_SEQ_GAP)
         self._remember(sample.seq)
         self._top_seq = sample.seq if top is None else max(top, sample.seq)
         self._x.append(sample.x)
         self._y.append(sample.y)
-        self._seq.append(self._sessions_before + sample.seq)
+        self._seq.append(self._published_total)
         self._at.append(self.now_s())
         self._stamps.append((sample.sent_at, lag))
         unread = self._first_id + len(self._at) - self._read
@@ -164,9 +177,8 @@ class LiveStream:
             self._seen.discard(self._seen_order.popleft())
 
     def _count_published(self, stop: int) -> None:
-        """Published: up to the highest seq read (a late sample counts nothing new)."""
-        seq = self._seq[stop - 1 - self._first_id]
-        self.published = max(self.published, min(MAX_COUNT, seq + 1))
+        """Published: what had been published when the last sample read arrived."""
+        self.published = max(self.published, min(MAX_COUNT, self._seq[stop - 1 - self._first_id]))
 
     def configure(self, features: int, classes: int, policy: str, capacity: int) -> None:
         """What the run's samples look like and how it buffers them: a run with another shape

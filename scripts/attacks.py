@@ -351,7 +351,15 @@ def main() -> None:
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = list(pool.map(run_one, todo))
     print(table(rows))
-    (Path(args.out) / "attacks.json").write_text(json.dumps(rows, indent=1))
+    _merge_rows(Path(args.out) / "attacks.json", rows)
+
+
+def _merge_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """attacks.json: these rows over those of earlier runs into the same directory."""
+    key = ("mode", "attack", "defence", "seed")
+    old = json.loads(path.read_text()) if path.exists() else []
+    merged = {tuple(r[k] for k in key): r for r in [*old, *rows]}
+    path.write_text(json.dumps(sorted(merged.values(), key=lambda r: str(r)), indent=1))
 
 
 def _results(job: tuple[str, str | None, str, int, str]) -> Path:

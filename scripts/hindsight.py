@@ -126,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in comparison.seeds:
             directory = out / spec.name / f"seed-{seed}"
             if (directory / "summary.json").exists():
-                records.setdefault(spec.name, {})[seed] = read_rounds(directory)
+                rows = read_rounds(directory)
+                if rows and args.field not in rows[0]:
+                    parser.error(f"{directory}: its rounds have no {args.field!r}")
+                records.setdefault(spec.name, {})[seed] = rows
     groups: dict[str, list[str]] = {}
     for name, baseline in comparison.baselines().items():
         if name in records:

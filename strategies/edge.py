@@ -308,15 +308,14 @@ class EdgeStrategy(FedAvg):
             Message(content=RecordDict(), message_type=IDENTIFY, dst_node_id=node) for node in nodes
         ]
         replies = list(grid.send_and_receive(messages, timeout=self.round_timeout_s))
-        claims = self.identities.claims(replies)
         bound = 0
-        for reply in replies:
+        for reply in self._by_seniority(replies):
             node = reply.metadata.src_node_id
             try:
                 if reply.has_error():
                     raise ValueError(f"error reply: {reply.error.reason}")
                 partition = parse_identity(reply.content, self.num_clients)
-                self.identities.check(node, partition, claims, connected)
+                self.identities.check(node, partition, connected)
             except ValueError as exc:
                 log(WARNING, "node %d not sampled: its identify reply is refused: %s", node, exc)
                 continue
@@ -397,8 +396,7 @@ class EdgeStrategy(FedAvg):
     def _accept_training(self, replies: list[Message], state: RoundState) -> list[Participant]:
         """Training replies that pass every check, by partition id; logs the training phase."""
         plan, accepted, seen = state.plan, [], set()
-        claims = Identities.claims(m for m in replies if not m.has_error())
-        for msg in replies:
+        for msg in self._by_seniority(replies):
             node = msg.metadata.src_node_id
             try:
                 if msg.has_error():
@@ -409,7 +407,7 @@ class EdgeStrategy(FedAvg):
                     raise ValueError(f"records nobody reads this round: {', '.join(unread)}")
                 # Owners that are connected but not sampled this round keep their partitions.
                 connected = state.connected | set(state.bytes_down)
-                self.identities.check(node, reply.partition_id, claims, connected)
+                self.identities.check(node, reply.partition_id, connected)
                 if reply.partition_id in seen:
                     raise ValueError(f"partition-id {reply.partition_id} already replied")
                 relayed = 0 if self.relay is None else self.relay.relayed_to.get(node, 0)
@@ -450,6 +448,11 @@ class EdgeStrategy(FedAvg):
         wall_s = self.ledger.wall_s()
         plan.log.phases.append(Phase(TRAIN_PHASE, works, wall_s, sum(state.bytes_down.values())))
         return accepted
+
+    def _by_seniority(self, replies: list[Message]) -> list[Message]:
+        """Longest connected first: of several first claims of a partition, the senior one
+        that passes every check binds it, and the others are then refused."""
+        return sorted(replies, key=lambda m: self.identities.seniority(m.metadata.src_node_id))
 
     def _reply_arrays(self, state: RoundState) -> frozenset[str]:
         """The array records a training reply of this round may carry."""

@@ -5,19 +5,15 @@ this round's instruction). A restarted device comes back as a new node: it takes
 over once the old node is gone (no longer connected: the SuperLink drops a node silent for twice
 its heartbeat interval, a minute at Flower's default). A partition nobody holds yet, claimed by
 several nodes in one round, goes to the one connected longest (the lowest node id among those
-first seen in one round), and the others are refused alone: refusing every claimant would let a
-node that never binds keep a chosen device out for the whole run. Without SuperNode
-authentication the server cannot tell a device from an impostor that connected first.
+first seen in one round) whose reply passes every other check, and the others are refused
+alone: refusing every claimant let a node that never binds keep a chosen device out for the
+whole run. Without SuperNode authentication the server cannot tell a device from an impostor
+that connected first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from contextlib import suppress
-
-from flwr.app import Message
-
-from wire.keys import METRICS_KEY, PARTITION_ID
+from collections.abc import Collection, Iterable
 
 
 class Identities:
@@ -30,28 +26,12 @@ class Identities:
         for node in connected:
             self.first_seen.setdefault(node, server_round)
 
-    @staticmethod
-    def claims(replies: Iterable[Message]) -> dict[int, list[int]]:
-        """Partition id -> the nodes whose replies of a round claim it (malformed claims left
-        out)."""
-        claimants: dict[int, list[int]] = {}
-        for msg in replies:
-            with suppress(Exception):  # a reply whose claim cannot be read claims nothing
-                claimed = msg.content.metric_records[METRICS_KEY][PARTITION_ID]
-                if isinstance(claimed, int) and not isinstance(claimed, bool):
-                    claimants.setdefault(claimed, []).append(msg.metadata.src_node_id)
-        return claimants
+    def seniority(self, node: int) -> tuple[float, int]:
+        """Sort key: replies are judged longest connected first (then by node id), so of
+        several first claims of a partition the senior one that passes every check binds it."""
+        return self.first_seen.get(node, float("inf")), node
 
-    def _longest_connected(self, nodes: Sequence[int]) -> int:
-        return min(nodes, key=lambda n: (self.first_seen.get(n, float("inf")), n))
-
-    def check(
-        self,
-        node: int,
-        partition: int,
-        claims: Mapping[int, Sequence[int]],
-        connected: Collection[int],
-    ) -> None:
+    def check(self, node: int, partition: int, connected: Collection[int]) -> None:
         """ValueError when ``node`` may not reply for ``partition`` this round."""
         held = self.partition_of.get(node)
         if held is not None and held != partition:
@@ -59,14 +39,6 @@ class Identities:
         owner = self.owner_of.get(partition)
         if owner is not None and owner != node and owner in connected:
             raise ValueError(f"partition-id {partition} belongs to node {owner}")
-        claimants = claims.get(partition, ())
-        if owner is None and len(claimants) > 1:
-            first = self._longest_connected(claimants)
-            if first != node:
-                raise ValueError(
-                    f"partition-id {partition} is claimed by {len(claimants)} nodes this round "
-                    f"and held by none; node {first}, connected longest, takes it"
-                )
 
     def bind(self, node: int, partition: int) -> None:
         previous = self.owner_of.get(partition)

@@ -93,7 +93,7 @@ MIN_CLAIMS = 3
 # false alarm costs little: that leader leads no more, and the round goes on with the
 # others' values.
 INDEX_SHARE_FLOOR = 0.02
-MIN_JUDGES = 2  # other clients whose shares judge a leader's index set
+MIN_JUDGES = 3  # other trusted clients whose shares judge a leader's index set
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -321,13 +321,13 @@ def shared_index_factor(participants: Sequence[Participant], chosen: NDArray[np.
 
 
 def others_share(
-    leader: Participant, participants: Sequence[Participant], chosen: NDArray[np.bool_]
+    leader: Participant, judges: Sequence[Participant], chosen: NDArray[np.bool_]
 ) -> float | None:
-    """The median over the clients other than the leader of their ``own_topk_share`` at its
-    index set; None with fewer than ``MIN_JUDGES`` of them."""
+    """The median over the ``judges`` other than the leader of their ``own_topk_share`` at
+    its index set; None with fewer than ``MIN_JUDGES`` of them."""
     shares = [
         share
-        for p in participants
+        for p in judges
         if p is not leader and (share := own_topk_share(p, chosen)) is not None
     ]
     return float(np.median(shares)) if len(shares) >= MIN_JUDGES else None
@@ -463,7 +463,8 @@ class Allreduce:
         )
         accepted = screened(plan, accepted, VALUES_ACTION)
         chosen = ~np.isin(index_set, self.always_sent)
-        accepted = self._judge_index_set(plan, leader, accepted, chosen)
+        judges = [p for p in accepted if p.partition_id not in distrusted]
+        accepted = self._judge_index_set(plan, leader, accepted, judges, chosen)
         factor = shared_index_factor(accepted, chosen) if accepted else None
         return self._aggregate(plan, index_set, accepted, factor)
 
@@ -500,6 +501,8 @@ class Allreduce:
         except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
             plan.log.refuse(leader.node_id, INDICES_ACTION, exc)
             index_set, bytes_up = None, 0
+            if reply is not None and reply.metadata.src_node_id == leader.node_id:
+                self.caught.add(leader.partition_id)  # its own bad answer: it leads no more
         work = ClientWork(leader.partition_id, bytes_down, 0, bytes_up, measured=measured)
         plan.log.phases.append(Phase(INDICES_ACTION, [work], replies.wall_s, bytes_down))
         return index_set
@@ -562,21 +565,24 @@ class Allreduce:
         plan: RoundPlan,
         leader: Participant,
         accepted: list[Participant],
+        judges: list[Participant],
         chosen: NDArray[np.bool_],
     ) -> list[Participant]:
-        """The accepted, without the leader when the others hold less than
-        ``INDEX_SHARE_FLOOR`` of their Top-k energy at its index set (a set not chosen for the
-        model: it then leads no more). The others' values at I are their own: they stay."""
-        share = others_share(leader, accepted, chosen)
+        """The accepted, without the leader when the ``judges`` (trusted clients) hold less
+        than ``INDEX_SHARE_FLOOR`` of their Top-k energy at its index set (a set not chosen
+        for the model: it then leads no more). The others' values at I are their own: they
+        stay."""
+        share = others_share(leader, judges, chosen)
         if share is None or share >= INDEX_SHARE_FLOOR:
             return accepted
         self.caught.add(leader.partition_id)
-        plan.log.refuse(
-            leader.node_id,
-            VALUES_ACTION,
-            f"the others hold a median {share:.3g} of their Top-k energy at its index set, "
-            f"below {INDEX_SHARE_FLOOR:g}; it leads no more",
-        )
+        if leader in accepted:  # else its values were refused already, once is enough
+            plan.log.refuse(
+                leader.node_id,
+                VALUES_ACTION,
+                f"the others hold a median {share:.3g} of their Top-k energy at its index "
+                f"set, below {INDEX_SHARE_FLOOR:g}; it leads no more",
+            )
         return [p for p in accepted if p is not leader]
 
     def _check_claim(self, leader: Participant, values: Vector) -> None:

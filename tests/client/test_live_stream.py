@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -174,7 +175,7 @@ def _payload(seq: int, label: int = 1, sent_at: float | None = None) -> bytes:
     return encode_sample(StreamSample(seq=seq, sent_at=at, x=x, y=label))
 
 
-def _offline(**kw: float) -> LiveStream:
+def _offline(**kw: Any) -> LiveStream:
     """A live stream fed by hand (what paho's thread would call)."""
     stream = LiveStream(0, **kw)
     stream.configure(SPEC.num_features, SPEC.num_classes, "persistence", 0)
@@ -183,26 +184,31 @@ def _offline(**kw: float) -> LiveStream:
 
 def test_a_redelivered_sample_is_not_trained_twice_and_a_new_publisher_counts_on() -> None:
     stream = _offline()
-    for seq in (0, 1, 2, 2, 1, 3, 0, 1):  # a redelivery of 2 and of 1; then a restart
+    for seq in (0, 1, 2, 2, 1, 3):  # a redelivery of 2 and of 1
         stream.on_payload(_payload(seq))
+    for seq in (0, 1):  # a restart: seq 0 again, stamped later
+        stream.on_payload(_payload(seq, sent_at=2000.0 + seq))
     ids = stream.read_until(stream.now_s())
     assert stream.samples(ids).x[:, 0].tolist() == [0, 1, 2, 3, 0, 1]
     counts = stream.counts()
     assert (counts.received, counts.invalid, counts.published) == (6, 2, 4 + 2)
 
 
-def test_a_forged_seq_locks_no_sensor_out() -> None:
+def test_a_forged_seq_locks_no_sensor_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("client.live_stream.MAX_SEQ_GAP", 1000)
     stream = _offline()
-    for seq in (0, 1, 2**63 - 1, 2, 3):  # one seq far past any queue's gap: refused alone
+    seqs = (0, 1, 2**63 - 1, 2, 3, 0)  # a forged seq, then honest ones; a redelivered seq 0
+    for seq in seqs:
         stream.on_payload(_payload(seq, sent_at=1000.0))
     first = stream.samples(stream.read_until(stream.now_s())).x[:, 0].tolist()
-    assert first == [0, 1, 2, 3]
-    assert (stream.counts().invalid, stream.counts().published) == (1, 4)
-    late = _offline()  # the forged one came first: the honest ones that follow are still taken
-    for seq in (2**62, 5, 6, 6):
-        late.on_payload(_payload(seq, sent_at=1000.0))
-    assert late.samples(late.read_until(late.now_s())).x.shape[0] == 3
-    assert late.counts().invalid == 1  # the second 6 is a redelivery
+    assert first == [float(s) for s in seqs[:-1]]  # the honest ones after it are all taken
+    counts = stream.counts()
+    assert (counts.invalid, counts.published) == (1, 2 + 1000)  # the jump counts 1,000 at most
+    gap = _offline()  # a real outage: the publisher went on while the broker dropped samples
+    for seq in (0, 1, 301, 302, 303, 5):  # a gap within MAX_SEQ_GAP counts whole
+        gap.on_payload(_payload(seq, sent_at=1000.0))
+    assert gap.samples(gap.read_until(gap.now_s())).x.shape[0] == 6  # 5 came late: taken
+    assert gap.counts().published == 304
 
 
 def test_a_stamp_ahead_of_the_device_clock_is_refused_and_far_stamps_barely_move_the_rate() -> None:

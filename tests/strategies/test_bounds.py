@@ -332,8 +332,8 @@ class PinningGrid(InProcessGrid):
 @pytest.mark.usefixtures("task_identity")
 def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more() -> None:
     """Its claim checks out (its values at its indices have the energy it claimed), but the
-    others hold almost none of their Top-k energy at indices 0..k-1."""
-    settings = _settings(**VAR)
+    others (three judges) hold almost none of their Top-k energy at indices 0..k-1."""
+    settings = _settings(**VAR, num_clients=4)
     grid = PinningGrid(settings)
     _, strategy, _ = _run(settings, rounds=3, grid=grid)
     leaders = [node for kind, node in grid.sent if kind == "train.indices"]
@@ -341,5 +341,36 @@ def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more
     (reason,) = strategy.stats[1].refused
     assert reason.startswith("node 101 (values): the others hold a median ")
     assert "of their Top-k energy at its index set, below 0.02; it leads no more" in reason
-    assert strategy.stats[1].num_clients == 2  # the others' values at its indices
-    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 3
+    assert strategy.stats[1].num_clients == 3  # the others' values at its indices
+    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 4
+
+
+class EmptyIndicesGrid(ClaimingGrid):
+    """Node 101 claims 30x its norm (so it leads) and answers the index request with an
+    empty record."""
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        replies = super().send_and_receive(messages, timeout=timeout)
+        return [
+            Message(content=RecordDict({"sparse": ArrayRecord()}), metadata=r.metadata)  # type: ignore[call-overload]
+            if r.metadata.src_node_id == 101
+            and "sparse" in r.content.array_records
+            and r.metadata.message_type == "train.indices"
+            else r
+            for r in replies
+        ]
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_leader_whose_index_reply_is_refused_leads_no_more() -> None:
+    """A malformed index set costs its round once, not every round."""
+    settings = _settings(**VAR)
+    grid = EmptyIndicesGrid(settings, 30.0)
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    assert leaders[0] == 101 and 101 not in leaders[1:]
+    assert strategy.stats[1].refused[0].startswith("node 101 (indices): ")
+    assert strategy.stats[1].num_clients == 0  # no index set, no round
+    assert strategy.stats[2].num_clients == 3

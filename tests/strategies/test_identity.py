@@ -11,41 +11,61 @@ from tests.strategies.test_dense import _record, _start_round, _strategy
 
 def test_bound_on_first_accepted_reply_and_held() -> None:
     ids = Identities()
-    ids.check(100, 0, {0: [100]}, connected={100, 101})
+    ids.check(100, 0, connected={100, 101})
     ids.bind(100, 0)
     with pytest.raises(ValueError, match="partition-id 0 belongs to node 100"):
-        ids.check(101, 0, {0: [100, 101]}, connected={100, 101})
+        ids.check(101, 0, connected={100, 101})
     with pytest.raises(ValueError, match="but this node is partition 0"):
-        ids.check(100, 1, {1: [100]}, connected={100, 101})
+        ids.check(100, 1, connected={100, 101})
 
 
 def test_a_restarted_device_takes_its_partition_back_once_the_old_node_is_gone() -> None:
     ids = Identities()
     ids.bind(100, 0)
     with pytest.raises(ValueError, match="belongs to node 100"):
-        ids.check(105, 0, {0: [105]}, connected={100, 105})  # the old one still connected
-    ids.check(105, 0, {0: [105]}, connected={105})
+        ids.check(105, 0, connected={100, 105})  # the old one still connected
+    ids.check(105, 0, connected={105})
     ids.bind(105, 0)
     assert ids.owner_of == {0: 105} and ids.partition_of == {105: 0}
 
 
-def test_an_unheld_partition_claimed_twice_goes_to_the_node_connected_longest() -> None:
+def test_replies_are_judged_longest_connected_first() -> None:
     ids = Identities()
     ids.saw([102], server_round=1)
-    ids.saw([101, 102, 103], server_round=2)
-    claims = {2: [101, 102, 103]}
-    connected = {101, 102, 103}
-    ids.check(102, 2, claims, connected)  # seen since round 1: it takes the partition
-    for late in (101, 103):  # refused alone, whatever their node ids
-        with pytest.raises(ValueError, match="held by none; node 102, connected longest, takes"):
-            ids.check(late, 2, claims, connected)
-    ids.bind(102, 2)
-    with pytest.raises(ValueError, match="belongs to node 102"):  # and it stays with 102
-        ids.check(101, 2, {2: [101]}, connected)
-    ids.saw([104, 105], server_round=3)  # first seen together: the lower node id
-    ids.check(104, 3, {3: [105, 104]}, {104, 105})
-    with pytest.raises(ValueError, match="node 104, connected longest"):
-        ids.check(105, 3, {3: [105, 104]}, {104, 105})
+    ids.saw([101, 102, 103, 105, 104], server_round=2)
+    order = sorted([105, 101, 104, 102, 103, 999], key=ids.seniority)
+    assert order == [102, 101, 103, 104, 105, 999]  # then by node id; never seen: last
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("senior_passes", [True, False])
+def test_an_unheld_partition_claimed_twice_goes_to_the_senior_claimant_that_passes(
+    senior_passes: bool,
+) -> None:
+    """Nodes 100 and 102 both claim partition 0 in the first round (node 101 is partition 1):
+    node 100, connected as long and lower, is judged first. If its reply passes, node 102 is
+    refused alone; if it fails another check, node 102's honest reply binds the partition
+    (refusing every claimant let a node that never binds keep a device out for the run)."""
+    rng = np.random.default_rng(0)
+    strategy = _strategy(3)
+    updates = [_record(rng, 0.1) for _ in range(3)]
+    _start_round(strategy, _record(np.random.default_rng(9)), 3)
+    strategy.identities.saw([100, 101, 102], server_round=1)
+    senior = train_reply(0, 5 if senior_passes else 10**9, update=updates[0])
+    replies = [
+        reply_message(train_reply(0, 5, update=updates[2]), 102),  # arrives first
+        reply_message(train_reply(1, 5, update=updates[1]), 101),
+        reply_message(senior, 100),
+    ]
+    strategy.aggregate_train(1, replies)
+    [refused] = strategy.stats[1].refused
+    if senior_passes:
+        assert refused.startswith("node 102: partition-id 0 belongs to node 100")
+        assert strategy.identities.owner_of == {0: 100, 1: 101}
+    else:
+        assert refused.startswith("node 100: num-examples 1000000000 exceeds")
+        assert strategy.identities.owner_of == {0: 102, 1: 101}
+    assert strategy.stats[1].num_clients == 2
 
 
 @pytest.mark.usefixtures("task_identity")
