@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in comparison.seeds:
             directory = out / spec.name / f"seed-{seed}"
             if (directory / "summary.json").exists():
-                rows = read_rounds(directory)
-                if rows and args.field not in rows[0]:
+                run_rows = read_rounds(directory)
+                if run_rows and args.field not in run_rows[0]:
                     parser.error(f"{directory}: its rounds have no {args.field!r}")
-                records.setdefault(spec.name, {})[seed] = rows
+                records.setdefault(spec.name, {})[seed] = run_rows
     groups: dict[str, list[str]] = {}
     for name, baseline in comparison.baselines().items():
         if name in records:
