@@ -31,6 +31,15 @@ CASES = {
         f"num-server-rounds=150 {VAR} compression-ratio=0.01 stream-rates=S2-normal "
         "batch-policy=rate buffer-policy=truncation aggregation-weights=rate lr-scaling=linear"
     ),
+    "iid mlp, star leader": (
+        "num-clients=10 num-server-rounds=150 strategy=topk collective=allreduce leader=star "
+        "compression-ratio=0.01"
+    ),
+    "iid mlp, c = 0.001": f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.001",
+    "dirichlet(0.1) mlp, 4 of 10 a round": (
+        f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01 "
+        "partitioner=dirichlet dirichlet-alpha=0.1 clients-per-round=4"
+    ),
     "dirichlet(0.3) cnn, 2 steps": (
         f"num-clients=10 num-server-rounds=60 {VAR} compression-ratio=0.05 model=cnn "
         "partitioner=dirichlet dirichlet-alpha=0.3 local-steps=2"
