@@ -6,9 +6,8 @@
 - ``clip-screen``: ``clip``, and a node whose updates point against the others' is refused
   (``ClipScreen``: over its last 20 rounds, its update's cosine with the sum of the rest is
   below 0 by more than 2 standard errors; judged from its 10th round, from three nodes up, and
-  nobody is refused when half or more would be); so are near-copies of one update sent by
-  several nodes, at once, unless they are more than half the round. An honest node refused by
-  mistake loses what it sent: its error feedback already took it out of its residual.
+  nobody is refused when half or more would be). An honest node refused by mistake loses what
+  it sent: its error feedback already took it out of its residual.
 - ``trimmed-mean``: coordinate-wise mean after cutting ``robust-trim`` of the updates from each
   end (Flower's FedTrimmedAvg maths, unweighted).
 - ``median``: coordinate-wise median (Flower's FedMedian maths, unweighted).
@@ -46,28 +45,16 @@ def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
 DUPLICATE_COSINE = 0.99
 
 
-def _unit_clipped(vectors: Sequence[Vector]) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors clipped to the median norm (float64), and the same as unit vectors."""
-    clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
-    norms = np.linalg.norm(clipped, axis=1)
-    return clipped, clipped / np.where(norms > 0.0, norms, 1.0)[:, None]
-
-
-def near_copies(vectors: Sequence[Vector]) -> np.ndarray:
-    """Boolean matrix: vectors i and j are near-copies (cosine ``DUPLICATE_COSINE`` or more;
-    each vector is one of its own)."""
-    _, unit = _unit_clipped(vectors)
-    return np.asarray(unit @ unit.T >= DUPLICATE_COSINE)
-
-
 def cosines_with_the_rest(vectors: Sequence[Vector]) -> list[float]:
     """Each vector's cosine with the sum of the others that are not near-copies of it, every
     vector clipped to the median norm first (so no one vector outweighs the others in that
     sum). Leaving its copies out is what keeps colluders sending one flipped update from
     vouching for each other; copies that are half or more of the vectors stay in (honest
     updates on IID data can agree that closely, and would otherwise judge only the rest)."""
-    clipped, _ = _unit_clipped(vectors)
-    alike = near_copies(vectors)
+    clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
+    norms = np.linalg.norm(clipped, axis=1)
+    unit = clipped / np.where(norms > 0.0, norms, 1.0)[:, None]
+    alike = unit @ unit.T >= DUPLICATE_COSINE  # each vector is alike to itself
     cosines = []
     for i, (own, copies) in enumerate(zip(clipped, alike, strict=True)):
         if 2 * copies.sum() >= len(clipped):  # alike as a majority: honest updates that agree
@@ -144,13 +131,6 @@ class ClipScreen(Clip):
                 reasons[i] = self._against(history)
             if 2 * sum(r is not None for r in reasons) >= len(vectors):
                 reasons = [None] * len(vectors)  # no majority to judge by
-            for i, copies in enumerate(near_copies(vectors)):
-                count = int(copies.sum())
-                if count > 1 and 2 * count <= len(vectors):  # not a majority: one update, sent
-                    reasons[i] = (  # by several nodes (with sampling, half a round of colluders)
-                        f"its update is a near-copy (cosine >= {DUPLICATE_COSINE}) of "
-                        f"{count - 1} other node(s)' this round: one update sent by several"
-                    )
         self._refusing = {n for n, r in zip(partitions, reasons, strict=True) if r is not None}
         return reasons
 
