@@ -91,7 +91,12 @@ def test_every_published_sample_is_trained_on_in_publish_order(mqtt_broker: Brok
     order = ReplayStream(len(data), 400.0, (7, 0)).read_until(60 / 400.0 + 1.0)[:60]
     np.testing.assert_array_equal(trained.x[:60], data.x[order])
     np.testing.assert_array_equal(trained.y[:60], data.y[order])
-    assert drawn.rate == pytest.approx(400.0, rel=0.1)  # from the publisher's stamps
+    # From the publisher's stamps (not the arrival times): on a loaded machine its real-time
+    # schedule slips or bunches (273 and 479 /s were seen against 400), so the stamps are the
+    # reference, and the schedule only a loose bound.
+    stamps = [t for t, _ in stream._stamps]  # noqa: SLF001
+    assert drawn.rate == pytest.approx((len(stamps) - 1) / (max(stamps) - min(stamps)))
+    assert 400.0 / 2 < drawn.rate < 400.0 * 2
 
 
 def test_bad_messages_are_counted_and_dropped(mqtt_broker: BrokerAddress) -> None:
