@@ -140,12 +140,18 @@ class ClaimingGrid(InProcessGrid):
 VAR = {"strategy": "topk", "collective": "allreduce", "leader": "var", "compression_ratio": 0.05}
 
 
+def _led(settings, grid):  # type: ignore[no-untyped-def]
+    """Three rounds over ``grid``: the strategy, and the node asked for the index set each
+    round (its leader)."""
+    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    return strategy, [node for kind, node in grid.sent if kind == "train.indices"]
+
+
 @pytest.mark.usefixtures("task_identity")
 def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
     settings = _settings(**VAR)
     grid = ClaimingGrid(settings, 1e300)
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
-    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    strategy, leaders = _led(settings, grid)
     assert 101 not in leaders
     for server_round in (1, 2, 3):
         (reason,) = strategy.stats[server_round].refused
@@ -158,8 +164,7 @@ def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
 def test_a_var_leader_caught_lying_leads_no_more() -> None:
     settings = _settings(**VAR)
     grid = ClaimingGrid(settings, 30.0)  # plausible, so it leads, but its values give it away
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
-    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
     assert "it leads no more" in strategy.stats[1].refused[0]
     assert strategy.stats[1].num_clients == 2  # the others' values at its indices
@@ -335,8 +340,7 @@ def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more
     others (three judges) hold almost none of their Top-k energy at indices 0..k-1."""
     settings = _settings(**VAR, num_clients=4)
     grid = PinningGrid(settings)
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
-    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
     (reason,) = strategy.stats[1].refused
     assert reason.startswith("node 101 (values): the others hold a median ")
@@ -368,8 +372,7 @@ def test_a_leader_whose_index_reply_is_refused_leads_no_more() -> None:
     """A malformed index set costs its round once, not every round."""
     settings = _settings(**VAR)
     grid = EmptyIndicesGrid(settings, 30.0)
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
-    leaders = [node for kind, node in grid.sent if kind == "train.indices"]
+    strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
     assert strategy.stats[1].refused[0].startswith("node 101 (indices): ")
     assert strategy.stats[1].num_clients == 0  # no index set, no round
