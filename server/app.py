@@ -125,7 +125,7 @@ def build_strategy(
             collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
-            defence=ROBUST[settings.robust](settings),
+            defence=ROBUST[settings.robust](settings, buffers),
             server_optimizer=server_optimizer(settings, buffers),
             statistics=Averaged() if statistics is None else statistics,
         ),

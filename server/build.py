@@ -97,13 +97,14 @@ def server_optimizer(settings: Settings, buffers: Indices) -> ServerOptimizer:
     return SERVER_OPTIMIZERS[settings.server_optimizer](step, buffers)
 
 
-# robust -> the defence (strategies/policies/robust.py)
-ROBUST: dict[str, Callable[[Settings], Defence]] = {
-    NoDefence.name: lambda s: NoDefence(),
-    Clip.name: lambda s: Clip(s.robust_clip),
-    ClipScreen.name: lambda s: ClipScreen(s.robust_clip),
-    TrimmedMean.name: lambda s: TrimmedMean(s.robust_trim),
-    Median.name: lambda s: Median(),
+# robust -> the defence (strategies/policies/robust.py), from the settings and the positions of
+# the model's buffers (left out of its comparisons)
+ROBUST: dict[str, Callable[[Settings, Indices], Defence]] = {
+    NoDefence.name: lambda s, buffers: NoDefence(),
+    Clip.name: lambda s, buffers: Clip(s.robust_clip),
+    ClipScreen.name: lambda s, buffers: ClipScreen(s.robust_clip, buffers),
+    TrimmedMean.name: lambda s, buffers: TrimmedMean(s.robust_trim),
+    Median.name: lambda s, buffers: Median(),
 }
 
 

@@ -75,7 +75,10 @@ def run_paths(paths: list[str]) -> None:
         env = os.environ | dict(item.split("=", 1) for item in path.split() if path != "native")
         out = subprocess.run(
             [sys.executable, "-m", "tests.cpu_paths", "_cases"],
-            env=env, capture_output=True, text=True, check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         print(f"== {path}")
         for line in out.splitlines():

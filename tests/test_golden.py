@@ -198,4 +198,3 @@ def test_records_equal_the_golden_ones(
         found += differences(summary["config"], golden_summary["config"], "summary.config")
         found += differences(summary["rounds"], golden_summary["rounds"], "summary.rounds")
     assert not found, f"{name} (near-tie from round {near_tie}):\n" + "\n".join(found[:20])
-

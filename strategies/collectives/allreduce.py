@@ -383,7 +383,7 @@ class Allreduce:
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if plan.index_set is not None:
-            kept = screened(plan, participants, TRAIN)
+            kept = screened(plan, participants, TRAIN, plan.index_set)
             return finished(self._aggregate(plan, plan.index_set, kept))
         return self._leader_phases(plan, participants)
 
@@ -461,7 +461,7 @@ class Allreduce:
         accepted = self._values_replies(
             plan, participants, index_set, content_nbytes(content), replies, leader, own_indices
         )
-        accepted = screened(plan, accepted, VALUES_ACTION)
+        accepted = screened(plan, accepted, VALUES_ACTION, index_set)
         chosen = ~np.isin(index_set, self.always_sent)
         judges = [p for p in accepted if p.partition_id not in distrusted]
         accepted = self._judge_index_set(plan, leader, accepted, judges, chosen)

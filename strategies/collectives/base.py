@@ -129,7 +129,9 @@ class Defence(Protocol):
     @property
     def screens(self) -> bool: ...
 
-    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]: ...
+    def screen(
+        self, partitions: Sequence[int], vectors: Sequence[Vector], positions: Indices | None
+    ) -> list[str | None]: ...
 
     def refusing(self) -> set[int]: ...
 
@@ -215,9 +217,13 @@ Program = Generator[Exchange, Replies, Aggregate]
 
 
 def screened(
-    plan: RoundPlan, participants: list[Participant], phase: str | None
+    plan: RoundPlan,
+    participants: list[Participant],
+    phase: str | None,
+    positions: Indices | None = None,
 ) -> list[Participant]:
-    """The participants whose contributions the defence keeps; the rest refused in the log."""
+    """The participants whose contributions the defence keeps; the rest refused in the log.
+    ``positions``: where the contributions' entries sit in the model (None: the whole model)."""
     if not plan.defence.screens or not participants:
         return participants
     vectors = []
@@ -225,7 +231,7 @@ def screened(
         assert p.contribution is not None, "screened before the contributions came in"
         contribution = p.contribution
         vectors.append(contribution.dense() if isinstance(contribution, Sparse) else contribution)
-    reasons = plan.defence.screen([p.partition_id for p in participants], vectors)
+    reasons = plan.defence.screen([p.partition_id for p in participants], vectors, positions)
     for p, reason in zip(participants, reasons, strict=True):
         if reason is not None:
             plan.log.refuse(p.node_id, phase, reason)

@@ -3,11 +3,12 @@
 - ``none``: the weighted average (FedAvg's maths).
 - ``clip``: each update scaled down to at most ``robust-clip`` times the round's median update
   norm, then the weighted average; works for sparse updates too (their values' norms).
-- ``clip-screen``: ``clip``, and a node whose updates point against the others' is refused
-  (``ClipScreen``: over its last 20 rounds, its update's cosine with the sum of the rest is
-  below 0 by more than 2 standard errors; judged from its 10th round, from three nodes up, and
-  nobody is refused when half or more would be). An honest node refused by mistake loses what
-  it sent: its error feedback already took it out of its residual.
+- ``clip-screen``: ``clip``, after two screens (``ClipScreen``): near-copies of one update sent
+  by several nodes are refused on sight (a coalition), and a node whose updates point against
+  the others' is refused (over its last 20 rounds, its update's cosine with the sum of the rest
+  is below 0 by more than 2 standard errors; judged from its 10th round, from three nodes up,
+  and nobody is refused when half or more of the partitions judged would be). An honest node
+  refused by mistake loses what it sent: its error feedback already took it out of its residual.
 - ``trimmed-mean``: coordinate-wise mean after cutting ``robust-trim`` of the updates from each
   end (Flower's FedTrimmedAvg maths, unweighted).
 - ``median``: coordinate-wise median (Flower's FedMedian maths, unweighted).
@@ -24,6 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
+from numpy.typing import NDArray
 
 from strategies.collectives.maths import weighted_average
 
@@ -41,25 +43,37 @@ def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
 
 
 # Two updates this alike are one update sent twice: honest clients train on different data
-# and minibatches, so theirs never are (colluders' copies, or the same liar twice, are).
-DUPLICATE_COSINE = 0.99
+# and minibatches, so theirs are not (the most alike honest pair measured: cosine 0.970, dense
+# MLP on IID digits, docs/results.md "Coalitions"); colluders' copies, or the same liar twice,
+# are (cosine 1). Judged on the parameters alone: batch norm's buffers move alike on every
+# client (its step counter is the same integer everywhere) and made honest updates 0.99-alike.
+DUPLICATE_COSINE = 0.999
 
 
-def cosines_with_the_rest(vectors: Sequence[Vector]) -> list[float]:
-    """Each vector's cosine with the sum of the others that are not near-copies of it, every
-    vector clipped to the median norm first (so no one vector outweighs the others in that
-    sum). Leaving its copies out is what keeps colluders sending one flipped update from
-    vouching for each other; copies that are half or more of the vectors stay in (honest
-    updates on IID data can agree that closely, and would otherwise judge only the rest)."""
-    clipped = np.stack(clip_to_median(vectors, 1.0)).astype(np.float64)
-    norms = np.linalg.norm(clipped, axis=1)
-    unit = clipped / np.where(norms > 0.0, norms, 1.0)[:, None]
-    alike = unit @ unit.T >= DUPLICATE_COSINE  # each vector is alike to itself
+def alike(vectors: np.ndarray) -> NDArray[np.bool_]:
+    """Which rows are near-copies of which (cosine at least ``DUPLICATE_COSINE``; a row is
+    alike to itself)."""
+    norms = np.linalg.norm(vectors, axis=1)
+    unit = vectors / np.where(norms > 0.0, norms, 1.0)[:, None]
+    return np.asarray(unit @ unit.T >= DUPLICATE_COSINE)
+
+
+def cosines_with_the_rest(
+    vectors: Sequence[Vector] | np.ndarray, counted: NDArray[np.bool_] | None = None
+) -> list[float]:
+    """Each vector's cosine with the sum of the ``counted`` others (default: all) that are not
+    near-copies of it, every vector clipped to the counted ones' median norm first (so no one
+    vector outweighs the others in that sum). Leaving its copies out is what keeps colluders
+    sending one flipped update from vouching for each other."""
+    stacked = np.stack(list(vectors)).astype(np.float64)
+    counted = np.ones(len(stacked), dtype=bool) if counted is None else counted
+    norms = np.linalg.norm(stacked, axis=1)
+    limit = float(np.median(norms[counted])) if counted.any() else 0.0
+    clipped = stacked * np.minimum(1.0, limit / np.where(norms > 0.0, norms, 1.0))[:, None]
+    copies_of = alike(stacked)
     cosines = []
-    for i, (own, copies) in enumerate(zip(clipped, alike, strict=True)):
-        if 2 * copies.sum() >= len(clipped):  # alike as a majority: honest updates that agree
-            copies = np.arange(len(clipped)) == i
-        rest = clipped[~copies].sum(axis=0)
+    for own, copies in zip(clipped, copies_of, strict=True):
+        rest = clipped[counted & ~copies].sum(axis=0)
         scale = float(np.linalg.norm(own) * np.linalg.norm(rest))
         cosines.append(float(own @ rest) / scale if scale > 0.0 else 0.0)
     return cosines
@@ -70,8 +84,14 @@ class NoDefence:
     coordinatewise: ClassVar[bool] = False
     screens: ClassVar[bool] = False  # refuses some updates (``screen``) before combining
 
-    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
-        """Per partition's update, why it is refused (None: kept)."""
+    def screen(
+        self,
+        partitions: Sequence[int],
+        vectors: Sequence[Vector],
+        positions: NDArray[np.int64] | None = None,
+    ) -> list[str | None]:
+        """Per partition's update, why it is refused (None: kept). ``positions``: where the
+        vectors' entries sit in the model (None: the whole model, in order)."""
         return [None] * len(vectors)
 
     def refusing(self) -> set[int]:
@@ -100,14 +120,24 @@ class Clip(NoDefence):
 
 
 class ClipScreen(Clip):
-    """``clip``, and a node whose updates point against the others' is refused: over the last
-    ``WINDOW`` rounds it was screened in, its update's cosine with the sum of the rest is below 0
-    on average by more than ``Z`` standard errors (judged from its ``MIN_ROUNDS``-th). One
-    round's cosine is noisy (an honest minibatch update is below 0 in about one round in ten,
-    and Top-k updates that barely overlap sit near 0); its average over rounds is not, so an
-    honest node is not refused and a sign-flipped one, however it scales its update, is.
+    """``clip``, and two screens before it:
+    - Copies: updates that are near-copies of one another (``DUPLICATE_COSINE``) sent by two or
+      more nodes are all refused, however many of the round they are: a coalition sending one
+      update (unless the whole round is one update: then there is nothing to tell apart).
+    - Direction: a node whose updates point against the others' is refused: over the last
+      ``WINDOW`` rounds it was screened in, its update's cosine with the sum of the rest is below
+      0 on average by more than ``Z`` standard errors (judged from its ``MIN_ROUNDS``-th). One
+      round's cosine is noisy (an honest minibatch update is below 0 in about one round in ten,
+      and Top-k updates that barely overlap sit near 0); its average over rounds is not, so an
+      honest node is not refused and a sign-flipped one, however it scales its update, is.
+      The rest leaves out the round's copies and the nodes already judged against, so a
+      coalition cannot drag honest nodes' averages down. Nobody is refused for direction when
+      half or more of the partitions judged so far would be (no majority to judge by): counted
+      over the federation, not the round, since with sampling a few colluders can be half a
+      round.
     Histories are kept per partition, not per node id: a device that reconnects as a new node
-    (or an attacker that restarts to shed its record) takes its partition's history with it."""
+    (or an attacker that restarts to shed its record) takes its partition's history with it.
+    ``buffers`` (model positions) are left out of every comparison."""
 
     name: ClassVar[str] = "clip-screen"
     screens: ClassVar[bool] = True
@@ -116,26 +146,64 @@ class ClipScreen(Clip):
     Z: ClassVar[float] = 2.0
     MIN_NODES: ClassVar[int] = 3  # of two updates against each other, either may be the liar
 
-    def __init__(self, factor: float) -> None:
+    def __init__(self, factor: float, buffers: NDArray[np.int64] | None = None) -> None:
         super().__init__(factor)
+        self.buffers = np.zeros(0, dtype=np.int64) if buffers is None else buffers
         self.cosines: dict[int, deque[float]] = {}  # partition -> its last cosines with the rest
-        self._refusing: set[int] = set()
+        self._distrusted: set[int] = set()
 
-    def screen(self, partitions: Sequence[int], vectors: Sequence[Vector]) -> list[str | None]:
+    def screen(
+        self,
+        partitions: Sequence[int],
+        vectors: Sequence[Vector],
+        positions: NDArray[np.int64] | None = None,
+    ) -> list[str | None]:
         reasons: list[str | None] = [None] * len(vectors)
+        self._distrusted = set()
         if len(vectors) >= self.MIN_NODES:
-            cosines = cosines_with_the_rest(vectors)
-            for i, (partition, cosine) in enumerate(zip(partitions, cosines, strict=True)):
-                history = self.cosines.setdefault(partition, deque(maxlen=self.WINDOW))
-                history.append(cosine)
-                reasons[i] = self._against(history)
-            if 2 * sum(r is not None for r in reasons) >= len(vectors):
-                reasons = [None] * len(vectors)  # no majority to judge by
-        self._refusing = {n for n, r in zip(partitions, reasons, strict=True) if r is not None}
+            compared = self._parameters(vectors, positions)
+            copied = np.zeros(len(vectors), dtype=bool)
+            copies_of = alike(compared)
+            for i, copies in enumerate(copies_of):
+                if 2 <= copies.sum() < len(vectors):  # all alike: nothing to tell apart
+                    copied[i] = True
+                    reasons[i] = (
+                        f"its update is a near-copy of {int(copies.sum()) - 1} other node(s)' "
+                        f"this round (cosine >= {DUPLICATE_COSINE}): one update sent by several"
+                    )
+            refused = self._judged_against()
+            counted = ~copied & np.array([p not in refused for p in partitions])
+            cosines = cosines_with_the_rest(compared, counted)
+            for partition, cosine in zip(partitions, cosines, strict=True):
+                self.cosines.setdefault(partition, deque(maxlen=self.WINDOW)).append(cosine)
+            self._distrusted = self._judged_against()
+            for i, partition in enumerate(partitions):
+                if partition in self._distrusted:
+                    reasons[i] = reasons[i] or self._against(self.cosines[partition])
+        self._distrusted |= {n for n, r in zip(partitions, reasons, strict=True) if r is not None}
         return reasons
 
     def refusing(self) -> set[int]:
-        return set(self._refusing)
+        """Partitions refused this round or judged against (when there is a majority to judge
+        by), sampled this round or not."""
+        return set(self._distrusted)
+
+    def _parameters(
+        self, vectors: Sequence[Vector], positions: NDArray[np.int64] | None
+    ) -> np.ndarray:
+        """The vectors as float64 rows, their buffer entries left out."""
+        stacked = np.stack(list(vectors)).astype(np.float64)
+        if self.buffers.size == 0:
+            return stacked
+        at = np.arange(stacked.shape[1]) if positions is None else positions
+        return stacked[:, ~np.isin(at, self.buffers)]
+
+    def _judged_against(self) -> set[int]:
+        """Partitions whose history points against the others', when they are fewer than half
+        of those judged so far (else none: no majority to judge by)."""
+        against = {p for p, history in self.cosines.items() if self._against(history)}
+        judged = sum(len(history) >= self.MIN_ROUNDS for history in self.cosines.values())
+        return against if 2 * len(against) < judged else set()
 
     def _against(self, history: deque[float]) -> str | None:
         if len(history) < self.MIN_ROUNDS:
