@@ -16,6 +16,7 @@ to the server:
   step of the largest batch, within the bounds), every round: it would drive the linearly
   scaled learning rate up;
 - ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round;
+- ``restart``: ``flip``, and after every 9th training reply it comes back as a new node;
 - ``collude-2``, ``collude-3``: partitions 0 and 1 (and 2) send one and the same update, the
   first colluder's of the phase x −10 (sign-flipped), every round: a coalition the screen
   must not count as the rest.
@@ -90,13 +91,14 @@ DEFENCES = {
     "dense-injection": ("none", "clip", "clip-screen"),
     "flagship": ("clip-screen",),
 }
+SINGLE = ("scale", "huge-once", "flip", "examples", "restart")
 ATTACKS_OF_MODE = {
-    "dense": ("scale", "huge-once", "flip", "examples", *COALITIONS),
-    "allgather": ("scale", "huge-once", "flip", "examples", *COALITIONS),
-    "allreduce-var": ("var-claim", "var-pin", "flip", "scale", *COALITIONS),
-    "dense-sampled": ("flip", *COALITIONS),
-    "allgather-sampled": ("flip", *COALITIONS),
-    "allreduce-var-sampled": ("var-pin", "flip", *COALITIONS),
+    "dense": (*SINGLE, *COALITIONS),
+    "allgather": (*SINGLE, *COALITIONS),
+    "allreduce-var": ("var-claim", "var-pin", *SINGLE, *COALITIONS),
+    "dense-sampled": (*SINGLE, *COALITIONS),
+    "allgather-sampled": (*SINGLE, *COALITIONS),
+    "allreduce-var-sampled": ("var-claim", "var-pin", *SINGLE, *COALITIONS),
     "dense-injection": ("inject",),
     "flagship": ("batch-claim", "junk-record"),
 }
@@ -221,10 +223,13 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "inject": _inject,
     "batch-claim": _claim_batches,
     "junk-record": _junk,
+    "restart": lambda c, r: _scaled(c, -10.0),
 }
+# attack -> after how many of its training replies the attacker comes back as a new node
+RESTARTS = {"restart": 9}
 
 UPDATE_RECORDS = (ARRAYS_KEY, SPARSE_KEY)
-UPDATE_ATTACKS = {"scale", "huge-once", "flip", *COLLUDERS}
+UPDATE_ATTACKS = {"scale", "huge-once", "flip", "restart", *COLLUDERS}
 # attacks on Allreduce's leader phases rewrite every reply of the round
 PHASE_ATTACKS = {"var-pin"}
 
@@ -242,6 +247,8 @@ class AttackGrid(InProcessGrid):
         if attack in PHASE_ATTACKS:
             self.rewrites = {TRAIN, TRAIN_INDICES, TRAIN_VALUES}
         self.round = 0
+        self.restart_every = RESTARTS.get(attack or "")
+        self.attacker_replies = 0
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -253,12 +260,28 @@ class AttackGrid(InProcessGrid):
         replies = super().send_and_receive(messages, timeout=timeout)
         if (self.attack is None and self.coalition is None) or kind not in self.rewrites:
             return replies
-        return [
+        replies = [
             Message(content=self._rewrite(r.content, str(kind)), metadata=r.metadata)  # type: ignore[call-overload]
             if r.metadata.src_node_id in self.attackers and not r.has_error()
             else r
             for r in replies
         ]
+        if kind == TRAIN and any(r.metadata.src_node_id in self.attackers for r in replies):
+            self._restart_maybe()
+        return replies
+
+    def _restart_maybe(self) -> None:
+        """``restart``: after every ``restart_every``-th training reply, the attacker's
+        SuperNode comes back under a new node id (its partition and state kept), as a device
+        that restarts to shed its record would."""
+        self.attacker_replies += 1
+        if self.restart_every is None or self.attacker_replies % self.restart_every:
+            return
+        (old,) = self.attackers
+        new = 1000 + self.attacker_replies
+        self.contexts[new] = self.contexts.pop(old)
+        self.contexts[new].node_id = new
+        self.attackers = (new,)
 
     def _rewrite(self, content: RecordDict, kind: str) -> RecordDict:
         if self.coalition is not None:

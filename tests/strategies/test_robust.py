@@ -1,15 +1,12 @@
 """Robust aggregation: clipping, trimmed mean and median, against Flower's own strategies."""
 
-from collections.abc import Iterable
-
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
 from scripts.attacks import ATTACKER, AttackGrid, _scaled
-from scripts.in_process import InProcessGrid
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from tests.helpers import (
@@ -304,42 +301,14 @@ def test_defences_run_with_compressed_collectives(collective: str, robust: str, 
     assert np.array_equal(defended, plain) is same
 
 
-class RestartingAttacker(InProcessGrid):
-    """Partition 0 flips its update, and comes back as a new node every ``every`` rounds, so
-    that a history kept per node id would never reach the screen's ``MIN_ROUNDS``."""
-
-    def __init__(self, settings, every: int) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(settings)
-        self.every, self.round, self.attacker = every, 0, ATTACKER
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> list[Message]:
-        messages = list(messages)
-        kind = messages[0].metadata.message_type if messages else None
-        replies = super().send_and_receive(messages, timeout=timeout)
-        if kind == TRAIN:
-            self.round += 1
-        replies = [
-            Message(content=_scaled(r.content, -10.0), metadata=r.metadata)  # type: ignore[call-overload]
-            if r.metadata.src_node_id == self.attacker and kind in (TRAIN, TRAIN_VALUES)
-            else r
-            for r in replies
-        ]
-        if kind == TRAIN and self.round % self.every == 0:  # restart: a new node id
-            new = 1000 + self.round
-            self.contexts[new] = self.contexts.pop(self.attacker)
-            self.contexts[new].node_id = new
-            self.attacker = new
-        return replies
-
-
 def test_an_attacker_that_restarts_as_a_new_node_keeps_its_partitions_history() -> None:
     settings = _settings(num_clients=5, batch_size=32, robust="clip-screen")
     rounds = ClipScreen.MIN_ROUNDS + 3
-    grid = RestartingAttacker(settings, every=ClipScreen.MIN_ROUNDS - 1)
+    grid = AttackGrid(settings, "restart")  # flips, and is a new node after every 9 replies
+    assert grid.restart_every is not None and grid.restart_every < ClipScreen.MIN_ROUNDS
     _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
-    assert grid.attacker != ATTACKER  # it restarted
+    (attacker,) = grid.attackers
+    assert attacker != ATTACKER  # it restarted
     for server_round in range(rounds - 2, rounds + 1):
         (reason,) = strategy.stats[server_round].refused
-        assert reason.startswith(f"node {grid.attacker}") and "point against the others" in reason
+        assert reason.startswith(f"node {attacker}") and "point against the others" in reason
