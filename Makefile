@@ -19,14 +19,18 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: any other torch request would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	# mosquitto: the MQTT broker the stream tests start on a free loopback port of their own.
-	@if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then :; \
+	# System packages the tests start on loopback ports of their own: mosquitto (the MQTT broker
+	# of the stream tests) and nginx (scripts/fleet_gate.py, in front of a TLS SuperLink).
+	@missing=""; \
+	{ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; } || missing="$$missing mosquitto"; \
+	{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing="$$missing nginx-light"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing mosquitto (MQTT broker for the stream tests) with apt-get"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; \
+		echo "installing$$missing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else \
-		echo "mosquitto is not installed and this is not root with apt-get: the MQTT tests" \
-			"will skip (install it: sudo apt-get install mosquitto)"; \
+		echo "not installed, and this is not root with apt-get:$$missing; the tests that need" \
+			"it will skip (install it: sudo apt-get install$$missing)"; \
 	fi
 	# `flwr run .` as Flower users type it: FLWR_HOME in the repo, runtime installs off.
 	$(BIN)/python -m scripts.flwr_home setup

@@ -6,7 +6,9 @@
 The processes are the ones a real deployment runs (docs/deployment.md), here all on loopback:
 1. ``flower-superlink`` (Flower's deployment runtime, not the simulation), ``--insecure`` or,
    with ``--tls``, with a fresh CA and server certificate and SuperNode authentication (each
-   node's public key registered with ``flwr supernode register`` before it connects);
+   node's public key registered with ``flwr supernode register`` before it connects), and the
+   nodes behind a fleet gate (``scripts/fleet_gate.py``: they reach the Fleet API, not the
+   Control API that registers keys);
 2. one ``flower-supernode`` per client, its identity in ``--node-config``: ``partition-id``,
    ``num-partitions`` and, when streams are on, the device's ``stream-rate``;
 3. ``flwr run . <connection> --stream`` with ``timing = "measured"`` and ``lr-scale-max = 1``
@@ -39,6 +41,7 @@ from common.rates import STREAM_OFF, client_rate
 from common.settings import PROJECT_ROOT, Settings
 from scripts.app_bundle import stage_app
 from scripts.broker import local_broker
+from scripts.fleet_gate import GateFiles, local_gate
 from scripts.make_certificates import make_certificates, write_private_key
 from scripts.processes import kill_tree, stop_tree, stop_trees
 from scripts.publish_stream import publisher_command
@@ -82,7 +85,7 @@ class Federation:
     """A running local federation: where it lives and its SuperNode processes."""
 
     flwr_home: Path
-    port: int
+    port: int  # the SuperLink's, on loopback: flwr run and supernode register
     logs_dir: Path
     settings: Settings
     node_args: list[str]  # security flags of every SuperNode (its key is added per node)
@@ -93,6 +96,7 @@ class Federation:
     runtime_ports: dict[int, int] = field(default_factory=dict)  # each node's Runtime API
     broker: BrokerAddress | None = None  # runtime.mqtt: the local mosquitto
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)  # to stop, all
+    fleet_port: int | None = None  # with TLS: the fleet gate's (scripts/fleet_gate.py)
 
     def env(self) -> dict[str, str]:
         return flower_env(self.flwr_home)
@@ -142,7 +146,7 @@ class Federation:
                 *self._supernode_command(),
                 *args,
                 "--superlink",
-                f"127.0.0.1:{self.port}",
+                f"127.0.0.1:{self.fleet_port or self.port}",
                 "--port",
                 str(self.runtime_ports[index]),
                 "--node-config",
@@ -288,8 +292,10 @@ def local_federation(
         raise ValueError("a heartbeat interval is set by edgeflex-supernode: add --short-polls")
     tls_args: list[str] | None = None
     ca_file: Path | None = None
+    gate_files: GateFiles | None = None
     if tls:
         ca_file, _, server_cert, server_key = make_certificates(flwr_home / "certs")
+        gate_files = GateFiles(ca_file, server_cert, server_key)
         tls_args = [
             "--ssl-ca-certfile",
             str(ca_file),
@@ -323,6 +329,10 @@ def local_federation(
                 auth=tls,
                 runtime=runtime,
             )
+            if gate_files is not None:  # the nodes reach the Fleet API only, as on a LAN
+                federation.fleet_port = stack.enter_context(
+                    local_gate(port, gate_files, flwr_home / "gate", logs_dir)
+                )
             if runtime.agents:
                 federation.secret.write_bytes(secrets.token_bytes(32))
                 federation.secret.chmod(0o600)

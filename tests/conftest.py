@@ -19,18 +19,32 @@ def task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TaskIdentity, "_task_id", 1)
 
 
-MOSQUITTO_MISSING = "mosquitto not installed (make venv installs it as root with apt-get)"
+REQUIRE = "EDGEFLEX_REQUIRE_SYSTEM_PACKAGES"
+
+
+def require_system_package(found: str | None, missing: str) -> None:
+    """Skip the test when a system package is not installed (``make venv`` installs it as
+    root with apt-get), except where EDGEFLEX_REQUIRE_SYSTEM_PACKAGES=1 (CI): fail then."""
+    if found is not None:
+        return
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{missing}, and {REQUIRE}=1 forbids skipping")
+    pytest.skip(f"{missing}: skipped")
 
 
 @pytest.fixture(scope="session")
 def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerAddress]:
-    """A mosquitto of the session's own on a free loopback port. Without mosquitto the MQTT
-    tests skip, except where EDGEFLEX_REQUIRE_MOSQUITTO=1 (CI), where they fail."""
-    from scripts.broker import local_broker, mosquitto_path
+    """A mosquitto of the session's own on a free loopback port."""
+    from scripts.broker import MISSING, local_broker, mosquitto_path
 
-    if mosquitto_path() is None:
-        if os.environ.get("EDGEFLEX_REQUIRE_MOSQUITTO") == "1":
-            pytest.fail(f"{MOSQUITTO_MISSING}, and EDGEFLEX_REQUIRE_MOSQUITTO=1 forbids skipping")
-        pytest.skip(f"{MOSQUITTO_MISSING}: MQTT tests skipped")
+    require_system_package(mosquitto_path(), MISSING)
     with local_broker(tmp_path_factory.mktemp("mosquitto")) as address:
         yield address
+
+
+@pytest.fixture
+def nginx() -> None:
+    """nginx installed, for the fleet gate (scripts/fleet_gate.py)."""
+    from scripts.fleet_gate import MISSING, nginx_path
+
+    require_system_package(nginx_path(), MISSING)

@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from common.rates import client_rate
 from common.settings import PROJECT_ROOT
 from scripts import run_federation
@@ -57,6 +59,7 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
     assert rows[1]["virtual_time_s"] > rows[0]["virtual_time_s"] > 0
 
 
+@pytest.mark.usefixtures("nginx")
 def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> None:
     overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
     code, results = run_federation.run(overrides, tls=True, timeout_s=RUN_TIMEOUT_S)
@@ -67,9 +70,13 @@ def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> Non
         "supernode-1.log",
         "supernode-2.log",
     ]
-    # Each node's key was registered before it connected, and all three authenticated.
+    # Each node's key was registered before it connected, and all three authenticated,
+    # through the fleet gate (scripts/fleet_gate.py): the Control API was not in their reach.
     log = (results / "superlink.log").read_text()
     assert log.count("/v1/fleet/activate-node") >= 3
+    gate_log = (results / "gate-access.log").read_text()
+    assert gate_log.count('POST /v1/fleet/activate-node HTTP/1.1" 200') >= 3
+    assert "/v1/control/" not in gate_log
     assert _nothing_left()
 
 

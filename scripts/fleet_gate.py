@@ -1,0 +1,175 @@
+"""The fleet gate: a TLS reverse proxy (nginx) that lets devices reach the SuperLink's Fleet API
+and nothing else.
+
+Flower 1.42 serves the Fleet API (SuperNodes), the Control API (``flwr run``, ``flwr supernode
+register``) and the runtime API on one HTTP port, and the open-source SuperLink has no account
+check on the Control API: with SuperNode authentication on, anyone who reaches that port and
+holds ``ca.crt`` can register a key of their own and join as a node. So the SuperLink listens on
+loopback only, and the devices' network reaches it through this gate: it terminates TLS with
+the server's certificate, forwards ``/v1/fleet/`` to the SuperLink (over TLS, checked against
+the CA) and answers 403 to every other path. ``flwr`` runs on the server, against loopback.
+
+    python -m scripts.fleet_gate --listen 0.0.0.0:9443 --superlink 127.0.0.1:8000 \\
+        --certs certs/ --dir ~/.edgeflex/gate      # runs nginx in the foreground
+
+``scripts.run_federation --tls`` puts its SuperNodes behind one on loopback (docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.processes import stop_tree
+from scripts.run_simulation import free_port
+
+SYSTEM_NGINX = Path("/usr/sbin/nginx")  # Debian's path, often not on a user's PATH
+MISSING = (
+    "nginx is not installed: `make venv` installs it (nginx-light) with apt-get as root; "
+    "or apt-get install nginx-light"
+)
+FLEET_PATH = "/v1/fleet/"
+READY_TIMEOUT_S = 10.0
+# Flower pushes and pulls arrays in chunks of 5 MiB, each in its own request.
+MAX_BODY = "64m"
+
+
+@dataclass(frozen=True)
+class GateFiles:
+    """The TLS files the gate serves with and checks the SuperLink against."""
+
+    ca: Path  # the CA the SuperLink's certificate is signed by
+    cert: Path  # the server certificate (valid for the names the devices use and localhost)
+    key: Path
+
+    @classmethod
+    def in_dir(cls, certs: Path) -> GateFiles:
+        """scripts/make_certificates.py's file names."""
+        return cls(certs / "ca.crt", certs / "server.pem", certs / "server.key")
+
+
+def nginx_path() -> str | None:
+    """The nginx executable, or None when it is not installed."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    if SYSTEM_NGINX.is_file() and os.access(SYSTEM_NGINX, os.X_OK):
+        return str(SYSTEM_NGINX)
+    return None
+
+
+def gate_config(
+    listen: str, superlink: str, files: GateFiles, workdir: Path, logs: Path, user: str = "root"
+) -> str:
+    """nginx's configuration for the gate: its files under ``workdir``, ``gate-access.log``
+    (every request and its status) and ``gate-error.log`` under ``logs``."""
+    temp = workdir / "temp"
+    return "\n".join(
+        [
+            f"pid {workdir / 'nginx.pid'};",
+            f"error_log {logs / 'gate-error.log'} notice;",
+            f"user {user};",  # as root, nginx's workers would drop to nobody
+            "worker_processes 1;",
+            "events { worker_connections 256; }",
+            "http {",
+            f"    access_log {logs / 'gate-access.log'};",
+            f"    client_body_temp_path {temp}/body;",
+            f"    proxy_temp_path {temp}/proxy;",
+            f"    fastcgi_temp_path {temp}/fastcgi;",
+            f"    uwsgi_temp_path {temp}/uwsgi;",
+            f"    scgi_temp_path {temp}/scgi;",
+            f"    client_max_body_size {MAX_BODY};",
+            "    server {",
+            f"        listen {listen} ssl;",
+            f"        ssl_certificate {files.cert};",
+            f"        ssl_certificate_key {files.key};",
+            "        ssl_protocols TLSv1.2 TLSv1.3;",
+            f"        location {FLEET_PATH} {{",
+            f"            proxy_pass https://{superlink};",
+            "            proxy_http_version 1.1;",
+            "            proxy_request_buffering off;",  # chunks pass as they come
+            "            proxy_buffering off;",
+            f"            proxy_ssl_trusted_certificate {files.ca};",
+            "            proxy_ssl_verify on;",
+            "            proxy_ssl_name localhost;",  # make_certificates: valid for localhost
+            "            proxy_ssl_server_name on;",
+            "        }",
+            "        location / { return 403; }",  # Control and runtime APIs: not from here
+            "    }",
+            "}",
+            "",
+        ]
+    )
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def local_gate(superlink_port: int, files: GateFiles, workdir: Path, logs: Path) -> Iterator[int]:
+    """A gate on a free loopback port in front of the SuperLink at 127.0.0.1:``superlink_port``
+    while the context is open; yields its port, and stops it by PID after."""
+    executable = nginx_path()
+    if executable is None:
+        raise RuntimeError(MISSING)
+    port = free_port()
+    (workdir / "temp").mkdir(parents=True, exist_ok=True)
+    config = workdir / "nginx.conf"
+    listen, superlink = f"127.0.0.1:{port}", f"127.0.0.1:{superlink_port}"
+    config.write_text(gate_config(listen, superlink, files, workdir, logs))
+    log_path = logs / "gate-error.log"
+    with (workdir / "nginx.out").open("ab") as out:
+        proc = subprocess.Popen(
+            [executable, "-e", str(log_path), "-p", str(workdir), "-c", str(config)]
+            + ["-g", "daemon off;"],  # our child, stopped by its PID
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _accepts("127.0.0.1", port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+                raise RuntimeError(f"the fleet gate (nginx) did not start; {log_path}:\n{tail}")
+            time.sleep(0.05)
+        yield port
+    finally:
+        stop_tree(proc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--listen", required=True, help="HOST:PORT the devices connect to")
+    parser.add_argument("--superlink", default="127.0.0.1:8000", help="the SuperLink, on loopback")
+    parser.add_argument("--certs", type=Path, required=True, help="scripts.make_certificates' dir")
+    parser.add_argument("--dir", type=Path, required=True, help="the gate's config, logs, temp")
+    parser.add_argument("--user", default="root", help="nginx's worker user")
+    args = parser.parse_args(argv)
+    executable = nginx_path()
+    if executable is None:
+        raise SystemExit(MISSING)
+    workdir = args.dir.resolve()
+    (workdir / "temp").mkdir(parents=True, exist_ok=True)
+    config = workdir / "nginx.conf"
+    files = GateFiles.in_dir(args.certs.resolve())
+    config.write_text(gate_config(args.listen, args.superlink, files, workdir, workdir, args.user))
+    os.execv(executable, [executable, "-p", str(workdir), "-c", str(config), "-g", "daemon off;"])
+
+
+if __name__ == "__main__":
+    main()
