@@ -153,27 +153,46 @@ def test_copies_are_judged_on_the_parameters_not_the_buffers() -> None:
     assert ClipScreen(3.0, np.array([1, 3])).screen(range(5), values, at)[0] is not None
 
 
-def test_two_colluders_half_of_a_sampled_round_are_refused_once_judged() -> None:
-    """10 partitions, 4 a round. Partitions 0 and 1 flip their own updates (no copies): when
-    both are sampled they are half the round, which once meant nobody was refused. The
-    majority to judge by is now counted over the partitions judged so far."""
+def _flippers(colluders: int, per_round: int, rounds: int = 200) -> tuple[int, list[bool]]:
+    """Partitions 0..colluders-1 of 10 each flip their own update (no copies), ``per_round``
+    sampled a round: (honest updates refused, whether every colluder was refused, or is
+    distrusted when not sampled, in each of the last 100 rounds)."""
     rng, screen = np.random.default_rng(7), ClipScreen(3.0)
-    both_refused = []
-    for server_round in range(120):
+    honest_refused, caught = 0, []
+    for server_round in range(rounds):
         direction = rng.standard_normal(200)
-        sampled = sorted(rng.choice(10, size=4, replace=False))
+        sampled = sorted(int(p) for p in rng.choice(10, size=per_round, replace=False))
         vectors = []
         for partition in sampled:
             honest = direction + 3.0 * rng.standard_normal(200)
-            vectors.append((-10.0 * honest if partition < 2 else honest).astype(np.float32))
+            vectors.append((-10.0 * honest if partition < colluders else honest).astype(np.float32))
         reasons = screen.screen(sampled, vectors)
-        kept = [p for p, r in zip(sampled, reasons, strict=True) if r is None]
-        assert all(p < 2 for p in set(sampled) - set(kept))  # an honest partition never
-        if server_round >= 60:
-            assert screen.refusing() >= {0, 1}  # sampled this round or not
-            if {0, 1} <= set(sampled):
-                both_refused.append(kept == [p for p in sampled if p >= 2])
-    assert both_refused and all(both_refused)
+        refused = {p for p, r in zip(sampled, reasons, strict=True) if r is not None}
+        honest_refused += len({p for p in refused if p >= colluders})
+        if server_round >= rounds - 100:
+            sampled_caught = all(p in refused for p in sampled if p < colluders)
+            caught.append(sampled_caught and screen.refusing() >= set(range(colluders)))
+    return honest_refused, caught
+
+
+@pytest.mark.parametrize(("colluders", "per_round"), [(1, 4), (2, 4), (3, 4), (4, 10)])
+def test_how_many_flippers_of_ten_the_screen_withstands(colluders: int, per_round: int) -> None:
+    """What the docs state: all of 10 a round, fewer than half (4) are refused once judged and
+    no honest node ever; with 4 of 10 sampled, up to 3. Two of them are half of a sampled
+    round in one round of eight; that once meant nobody was refused. The majority to judge by
+    is now counted over the partitions judged so far, not the round."""
+    honest_refused, caught = _flippers(colluders, per_round)
+    assert honest_refused == 0 and all(caught)
+
+
+def test_where_the_screen_stops() -> None:
+    """Half of the federation flipping leaves no majority to judge by: nobody is refused for
+    direction. Four of 10 under 4-of-10 sampling are half a round or more in 40 % of an honest
+    node's rounds: the screen then refuses honest nodes (the limit docs/results.md states)."""
+    honest_refused, caught = _flippers(5, 10)
+    assert honest_refused == 0 and not any(caught)
+    honest_refused, caught = _flippers(4, 4)
+    assert honest_refused > 0 and sum(caught) < len(caught) / 2
 
 
 def test_screening_needs_three_nodes_and_a_majority_to_judge_by() -> None:
