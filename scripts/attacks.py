@@ -16,7 +16,8 @@ to the server:
   step of the largest batch, within the bounds), every round: it would drive the linearly
   scaled learning rate up;
 - ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round;
-- ``restart``: ``flip``, and after every 9th training reply it comes back as a new node;
+- ``restart``: ``flip``, and after every 4th training reply it comes back as a new node
+  (sooner than the screen judges a history, were histories kept per node id);
 - ``collude-2``, ``collude-3``: partitions 0 and 1 (and 2) send one and the same update, the
   first colluder's of the phase x −10 (sign-flipped), every round: a coalition the screen
   must not count as the rest.
@@ -226,7 +227,7 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "restart": lambda c, r: _scaled(c, -10.0),
 }
 # attack -> after how many of its training replies the attacker comes back as a new node
-RESTARTS = {"restart": 9}
+RESTARTS = {"restart": 4}
 
 UPDATE_RECORDS = (ARRAYS_KEY, SPARSE_KEY)
 UPDATE_ATTACKS = {"scale", "huge-once", "flip", "restart", *COLLUDERS}
