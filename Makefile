@@ -28,6 +28,10 @@ $(STAMP): pyproject.toml
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		case "$$missing" in *nginx*) if command -v systemctl >/dev/null 2>&1 && \
+			systemctl is-active --quiet nginx 2>/dev/null; then \
+			echo "stopping the nginx service the package started on :80 (the gate runs its own)"; \
+			systemctl disable --now nginx; fi;; esac; \
 	else \
 		echo "not installed, and this is not root with apt-get:$$missing; the tests that need" \
 			"it will skip (install it: sudo apt-get install$$missing)"; \

@@ -250,6 +250,7 @@ class AttackGrid(InProcessGrid):
         self.round = 0
         self.restart_every = RESTARTS.get(attack or "")
         self.attacker_replies = 0
+        self.restart_pending = False
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -274,15 +275,21 @@ class AttackGrid(InProcessGrid):
     def _restart_maybe(self) -> None:
         """``restart``: after every ``restart_every``-th training reply, the attacker's
         SuperNode comes back under a new node id (its partition and state kept), as a device
-        that restarts to shed its record would."""
+        that restarts to shed its record would; between rounds (``get_node_ids``), since the
+        round's later phases still go to the id it answered under."""
         self.attacker_replies += 1
-        if self.restart_every is None or self.attacker_replies % self.restart_every:
-            return
-        (old,) = self.attackers
-        new = 1000 + self.attacker_replies
-        self.contexts[new] = self.contexts.pop(old)
-        self.contexts[new].node_id = new
-        self.attackers = (new,)
+        if self.restart_every is not None and self.attacker_replies % self.restart_every == 0:
+            self.restart_pending = True
+
+    def get_node_ids(self) -> list[int]:
+        if self.restart_pending:
+            self.restart_pending = False
+            (old,) = self.attackers
+            new = 1000 + self.attacker_replies
+            self.contexts[new] = self.contexts.pop(old)
+            self.contexts[new].node_id = new
+            self.attackers = (new,)
+        return super().get_node_ids()
 
     def _rewrite(self, content: RecordDict, kind: str) -> RecordDict:
         if self.coalition is not None:

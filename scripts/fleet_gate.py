@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,7 @@ MISSING = (
     "or apt-get install nginx-light"
 )
 FLEET_PATH = "/v1/fleet/"
+FLEET_CALL = r"^/v1/fleet/[a-z-]+$"  # the raw request line's path: Flower's Fleet calls
 READY_TIMEOUT_S = 10.0
 # Flower pushes and pulls arrays in chunks of 5 MiB, each in its own request.
 MAX_BODY = "64m"
@@ -67,7 +69,7 @@ def nginx_path() -> str | None:
 
 
 def gate_config(
-    listen: str, superlink: str, files: GateFiles, workdir: Path, logs: Path, user: str = "root"
+    listen: str, superlink: str, files: GateFiles, workdir: Path, logs: Path, user: str
 ) -> str:
     """nginx's configuration for the gate: its files under ``workdir``, ``gate-access.log``
     (every request and its status) and ``gate-error.log`` under ``logs``."""
@@ -76,9 +78,9 @@ def gate_config(
         [
             f"pid {workdir / 'nginx.pid'};",
             f"error_log {logs / 'gate-error.log'} notice;",
-            f"user {user};",  # as root, nginx's workers would drop to nobody
+            f"user {user};",  # the workers' (the master, as root, reads the key first)
             "worker_processes 1;",
-            "events { worker_connections 256; }",
+            "events { worker_connections 1024; }",  # two per device (it and the SuperLink)
             "http {",
             f"    access_log {logs / 'gate-access.log'};",
             f"    client_body_temp_path {temp}/body;",
@@ -93,6 +95,9 @@ def gate_config(
             f"        ssl_certificate_key {files.key};",
             "        ssl_protocols TLSv1.2 TLSv1.3;",
             f"        location {FLEET_PATH} {{",
+            # nginx matches the location on the normalised path but forwards the raw one:
+            # only a plain Fleet call (/v1/fleet/<name>) goes through, never ../ or // tricks.
+            f'            if ($request_uri !~ "{FLEET_CALL}") {{ return 403; }}',
             f"            proxy_pass https://{superlink};",
             "            proxy_http_version 1.1;",
             "            proxy_request_buffering off;",  # chunks pass as they come
@@ -129,7 +134,8 @@ def local_gate(superlink_port: int, files: GateFiles, workdir: Path, logs: Path)
     (workdir / "temp").mkdir(parents=True, exist_ok=True)
     config = workdir / "nginx.conf"
     listen, superlink = f"127.0.0.1:{port}", f"127.0.0.1:{superlink_port}"
-    config.write_text(gate_config(listen, superlink, files, workdir, logs))
+    user = pwd.getpwuid(os.getuid()).pw_name  # loopback, for tests: workers stay who we are
+    config.write_text(gate_config(listen, superlink, files, workdir, logs, user))
     log_path = logs / "gate-error.log"
     with (workdir / "nginx.out").open("ab") as out:
         proc = subprocess.Popen(
@@ -158,17 +164,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--superlink", default="127.0.0.1:8000", help="the SuperLink, on loopback")
     parser.add_argument("--certs", type=Path, required=True, help="scripts.make_certificates' dir")
     parser.add_argument("--dir", type=Path, required=True, help="the gate's config, logs, temp")
-    parser.add_argument("--user", default="root", help="nginx's worker user")
+    parser.add_argument("--user", default="nobody", help="nginx's worker user (started as root)")
     args = parser.parse_args(argv)
     executable = nginx_path()
     if executable is None:
         raise SystemExit(MISSING)
     workdir = args.dir.resolve()
     (workdir / "temp").mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0:  # the workers write request bodies there
+        shutil.chown(workdir / "temp", user=args.user)
     config = workdir / "nginx.conf"
     files = GateFiles.in_dir(args.certs.resolve())
     config.write_text(gate_config(args.listen, args.superlink, files, workdir, workdir, args.user))
-    os.execv(executable, [executable, "-p", str(workdir), "-c", str(config), "-g", "daemon off;"])
+    command = [executable, "-e", str(workdir / "gate-error.log"), "-p", str(workdir)]
+    os.execv(executable, [*command, "-c", str(config), "-g", "daemon off;"])
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 on loopback. Through the gate a device reaches the Fleet API and nothing else: the Control API
 that registers SuperNode keys answers on the SuperLink's own (loopback) port only."""
 
+import socket
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -27,6 +29,20 @@ def _register(home: Path, port: int, ca: Path, public_key: Path) -> subprocess.C
         text=True,
         timeout=60,
     )
+
+
+def _raw_status(port: int, ca: Path, path: str) -> str:
+    """The status line of a POST to ``path`` sent as written (clients normalise ``..``)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+            "Content-Type: application/protobuf\r\nConnection: close\r\n\r\n".encode()
+        )
+        return tls.recv(4096).decode(errors="replace").split("\r\n")[0]
 
 
 def test_the_gate_passes_the_fleet_api_and_refuses_the_control_api(tmp_path: Path) -> None:
@@ -65,6 +81,18 @@ def test_the_gate_passes_the_fleet_api_and_refuses_the_control_api(tmp_path: Pat
         # The Fleet API passes: the SuperLink itself answers (an unsigned request: 401).
         passed = post(gate, "/v1/fleet/get-run")
         assert passed.status_code == 401 and "SuperNode authentication" in passed.text
+
+        # nginx matches locations on the normalised path and forwards the raw one: paths
+        # that only normalise into /v1/fleet/ stop at the gate.
+        for tricky in (
+            "/v1/control/list-nodes/../../fleet/get-run",
+            "/v1/fleet/../control/list-nodes",
+            "/v1//fleet/get-run",
+            "/v1/./fleet/get-run",
+            "/v1/fleet/get-run?x=/../../control/list-nodes",
+        ):
+            assert _raw_status(gate, ca, tricky).endswith("403 Forbidden"), tricky
+        assert _raw_status(gate, ca, "/v1/fleet/get-run").endswith("401 Unauthorized")
 
         # The attack: register a key of one's own with only ca.crt in hand.
         through_gate = _register(tmp_path / "home", gate, ca, public_key)
