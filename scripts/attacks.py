@@ -18,6 +18,8 @@ to the server:
 - ``junk-record``: honest replies with a 4 MB record nobody reads attached, every round;
 - ``restart``: ``flip``, and after every 4th training reply it comes back as a new node
   (sooner than the screen judges a history, were histories kept per node id);
+- ``absent-2``, not an attack: partitions 0 and 1 never answer, what any defence that refuses
+  ``collude-2`` is left with;
 - ``collude-2``, ``collude-3``: partitions 0 and 1 (and 2) send one and the same update, the
   first colluder's of the phase x −10 (sign-flipped), every round: a coalition the screen
   must not count as the rest.
@@ -67,6 +69,10 @@ from wire.messages import Samples
 
 ATTACKER = 100
 COLLUDERS = {"collude-2": (100, 101), "collude-3": (100, 101, 102)}
+# Not an attack: these partitions never answer. Any defence that refuses the colluders trains
+# without their data, so this is the best it can do. (A node that never answers costs the
+# round timeout, so those runs time out in 1 s: every other reply is in by then, in process.)
+ABSENT = {"absent-2": (100, 101)}
 COMMON = "num-clients=10 num-server-rounds=150"
 SAMPLED = "clients-per-round=4"
 MODES = {
@@ -81,7 +87,7 @@ MODES = {
     "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
     "flagship": "configs/flagship.toml num-server-rounds=600",
 }
-COALITIONS = ("collude-2", "collude-3")
+COALITIONS = ("collude-2", "collude-3", "absent-2")
 DEFENCES = {
     "dense": ("none", "clip", "clip-screen", "trimmed-mean", "median"),
     "allgather": ("none", "clip", "clip-screen"),
@@ -240,7 +246,8 @@ class AttackGrid(InProcessGrid):
 
     def __init__(self, settings: Settings, attack: str | None) -> None:
         super().__init__(settings)
-        self.attack = None if attack is None or attack in COLLUDERS else ATTACKS[attack]
+        self.attack = ATTACKS.get(attack or "")
+        self.fail_nodes = set(ABSENT.get(attack or "", ()))
         self.coalition = Coalition() if attack in COLLUDERS else None
         self.attackers = COLLUDERS.get(attack or "", (ATTACKER,))
         # Allreduce's values come in their own phase: an update attack rewrites those too.
@@ -307,6 +314,8 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     results = _results(job)
     text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"
+    if attack in ABSENT:
+        text += " round-timeout-s=1"
     if not (results / "summary.json").exists():
         run_server_app(AttackGrid(resolve_settings(parse_overrides(text)), attack))
     summary = json.loads((results / "summary.json").read_text())
@@ -370,7 +379,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), help="default: all")
     parser.add_argument(
-        "--attacks", nargs="+", choices=["clean", *sorted(ATTACKS), *COLLUDERS], help="default: all"
+        "--attacks",
+        nargs="+",
+        choices=["clean", *sorted(ATTACKS), *COLLUDERS, *ABSENT],
+        help="default: all",
     )
     parser.add_argument("--defences", nargs="+", help="default: each mode's")
     parser.add_argument("--table", action="store_true", help="only the table of finished runs")
