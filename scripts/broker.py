@@ -8,19 +8,15 @@ running on the machine (the Debian package may start a system service on :1883):
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from scripts.processes import stop_tree
+from scripts.processes import listening, stop_tree, system_executable
 from scripts.run_simulation import free_port
 from wire.stream_samples import BrokerAddress
 
-SYSTEM_MOSQUITTO = Path("/usr/sbin/mosquitto")  # Debian's path, often not on a user's PATH
 MISSING = (
     "mosquitto is not installed: `make venv` installs it with apt-get as root; "
     "or apt-get install mosquitto"
@@ -32,12 +28,7 @@ LOG_TAIL_LINES = 20
 
 def mosquitto_path() -> str | None:
     """The mosquitto executable, or None when it is not installed."""
-    found = shutil.which("mosquitto")
-    if found:
-        return found
-    if SYSTEM_MOSQUITTO.is_file() and os.access(SYSTEM_MOSQUITTO, os.X_OK):
-        return str(SYSTEM_MOSQUITTO)
-    return None
+    return system_executable("mosquitto")
 
 
 def broker_config(
@@ -71,11 +62,7 @@ def broker_config(
 
 def accepts(address: BrokerAddress) -> bool:
     """Whether something listens at ``address`` (a TCP connection succeeds)."""
-    try:
-        with socket.create_connection((address.host, address.port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    return listening(address.host, address.port)
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

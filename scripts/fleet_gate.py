@@ -22,17 +22,16 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.processes import stop_tree
+from scripts.make_certificates import CERTIFICATE_FILES
+from scripts.processes import listening, stop_tree, system_executable
 from scripts.run_simulation import free_port
 
-SYSTEM_NGINX = Path("/usr/sbin/nginx")  # Debian's path, often not on a user's PATH
 MISSING = (
     "nginx is not installed: `make venv` installs it (nginx-light) with apt-get as root; "
     "or apt-get install nginx-light"
@@ -54,18 +53,14 @@ class GateFiles:
 
     @classmethod
     def in_dir(cls, certs: Path) -> GateFiles:
-        """scripts/make_certificates.py's file names."""
-        return cls(certs / "ca.crt", certs / "server.pem", certs / "server.key")
+        """The files scripts/make_certificates.py writes there."""
+        ca, _, cert, key = (certs / name for name in CERTIFICATE_FILES)
+        return cls(ca, cert, key)
 
 
 def nginx_path() -> str | None:
     """The nginx executable, or None when it is not installed."""
-    found = shutil.which("nginx")
-    if found:
-        return found
-    if SYSTEM_NGINX.is_file() and os.access(SYSTEM_NGINX, os.X_OK):
-        return str(SYSTEM_NGINX)
-    return None
+    return system_executable("nginx")
 
 
 def gate_config(
@@ -115,14 +110,6 @@ def gate_config(
     )
 
 
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def local_gate(superlink_port: int, files: GateFiles, workdir: Path, logs: Path) -> Iterator[int]:
     """A gate on a free loopback port in front of the SuperLink at 127.0.0.1:``superlink_port``
@@ -148,7 +135,7 @@ def local_gate(superlink_port: int, files: GateFiles, workdir: Path, logs: Path)
         )
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _accepts("127.0.0.1", port):
+        while not listening("127.0.0.1", port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
                 raise RuntimeError(f"the fleet gate (nginx) did not start; {log_path}:\n{tail}")

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
+CERTIFICATE_FILES = ("ca.crt", "ca.key", "server.pem", "server.key")  # make_certificates' order
 
 
 def _name(common_name: str) -> x509.Name:
@@ -109,7 +110,7 @@ def make_certificates(out_dir: Path, hosts: Sequence[str] = (), days: int = 365)
         .sign(ca_key, hashes.SHA384())
     )
 
-    paths = [out_dir / n for n in ("ca.crt", "ca.key", "server.pem", "server.key")]
+    paths = [out_dir / name for name in CERTIFICATE_FILES]
     paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     write_private_key(paths[1], ca_key)
     paths[2].write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))

@@ -1,4 +1,5 @@
-"""Stopping a process we started together with everything it started, by PID.
+"""Processes we start: their executables found, their ports waited for, and each stopped
+together with everything it started, by PID.
 
 Flower's SuperLink starts ``flower-superexec`` in a session of its own, which starts
 ``flwr-simulation`` and Ray: a process-group kill misses them. So we snapshot the tree
@@ -10,11 +11,34 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
+
+SYSTEM_BIN = Path("/usr/sbin")  # where Debian puts daemons, often not on a user's PATH
+
+
+def system_executable(name: str) -> str | None:
+    """A system package's executable (on PATH, or Debian's /usr/sbin), or None."""
+    found = shutil.which(name)
+    if found:
+        return found
+    path = SYSTEM_BIN / name
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def listening(host: str, port: int) -> bool:
+    """Whether something listens at ``host:port`` (a TCP connection succeeds)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -62,18 +62,21 @@ def alike(vectors: np.ndarray) -> NDArray[np.bool_]:
 
 
 def cosines_with_the_rest(
-    vectors: Sequence[Vector] | np.ndarray, counted: NDArray[np.bool_] | None = None
+    vectors: Sequence[Vector] | np.ndarray,
+    counted: NDArray[np.bool_] | None = None,
+    copies_of: NDArray[np.bool_] | None = None,
 ) -> list[float]:
     """Each vector's cosine with the sum of the ``counted`` others (default: all) that are not
-    near-copies of it, every vector clipped to the counted ones' median norm first (so no one
-    vector outweighs the others in that sum). Leaving its copies out is what keeps colluders
-    sending one flipped update from vouching for each other."""
-    stacked = np.stack(list(vectors)).astype(np.float64)
+    near-copies of it (``copies_of``, default: ``alike``), every vector clipped to the counted
+    ones' median norm first (so no one vector outweighs the others in that sum). Leaving its
+    copies out is what keeps colluders sending one flipped update from vouching for each
+    other."""
+    stacked = np.asarray(vectors, dtype=np.float64)
     counted = np.ones(len(stacked), dtype=bool) if counted is None else counted
     norms = np.linalg.norm(stacked, axis=1)
     limit = float(np.median(norms[counted])) if counted.any() else 0.0
     clipped = stacked * np.minimum(1.0, limit / np.where(norms > 0.0, norms, 1.0))[:, None]
-    copies_of = alike(stacked)
+    copies_of = alike(stacked) if copies_of is None else copies_of
     cosines = []
     for own, copies in zip(clipped, copies_of, strict=True):
         rest = clipped[counted & ~copies].sum(axis=0)
@@ -167,10 +170,11 @@ class ClipScreen(Clip):
         reasons: list[str | None] = [None] * len(vectors)
         if len(vectors) >= self.MIN_NODES:
             compared = self._parameters(vectors, positions)
-            copies = alike(compared).sum(axis=1) - 1  # each one's near-copies from other nodes
+            copies_of = alike(compared)
+            copies = copies_of.sum(axis=1) - 1  # each one's near-copies from other nodes
             judged = self._judged_against()
             counted = (copies == 0) & np.array([p not in judged for p in partitions])
-            cosines = cosines_with_the_rest(compared, counted)
+            cosines = cosines_with_the_rest(compared, counted, copies_of)
             for i, (partition, cosine) in enumerate(zip(partitions, cosines, strict=True)):
                 self.cosines.setdefault(partition, deque(maxlen=self.WINDOW)).append(cosine)
                 if copies[i] and cosine < 0.0:
@@ -196,7 +200,7 @@ class ClipScreen(Clip):
         self, vectors: Sequence[Vector], positions: NDArray[np.int64] | None
     ) -> np.ndarray:
         """The vectors as float64 rows, their buffer entries left out."""
-        stacked = np.stack(list(vectors)).astype(np.float64)
+        stacked = np.asarray(vectors, dtype=np.float64)
         if self.buffers.size == 0:
             return stacked
         at = np.arange(stacked.shape[1]) if positions is None else positions
