@@ -1,86 +1,81 @@
-"""The edge agent: one long-running process per device that runs its SuperNode's ClientApp
-messages in place of the process Flower would start for each.
+"""The edge agent: a device as one long-lived process, its Flower node and its ClientApp.
 
-Flower 1.42 starts a fresh ``flwr-clientapp`` process per message; that process alone (Python
-and Flower, before any of our code) takes 2.0 s and 123 MB here, and with torch 2.9 s. With
-``flower-supernode --isolation process`` the SuperNode leaves its tasks to a SuperExec the
-operator runs. The agent is that SuperExec for its own node, except that it runs each task in
-its own warm process (torch imported, the live stream subscribed) instead of starting one:
-acquire the task from the SuperNode's Runtime API, pull the message and the node's context,
-call the same ClientApp simulation calls, push the reply and the context back. The Runtime
-calls are Flower's own (``flwr.supernode.runtime.run_clientapp``), so the SuperNode cannot
-tell the agent from its own ClientApp process.
+Flower 1.42 runs a node as a SuperNode that starts a fresh ``flwr-clientapp`` process per
+message (2.0 s and 123 MB here before any of our code, 2.9 s with torch), or, in ``--isolation
+process``, leaves each message to a SuperExec the operator runs. Either way a device holds two
+long-lived processes. The agent is both: it holds the node's Fleet connection itself (Flower's
+own ``http_request_response``, as ``flower-supernode`` uses it) and runs each message in this
+warm process (torch imported, the live stream subscribed): pull the message and its objects,
+call the ClientApp, push the reply and its objects, in the order Flower's SuperNode does.
 
-State: ``context.state`` (replica, error feedback, stream clock) is kept by the SuperNode and
-comes with every task, so an agent restart loses none of it. A live stream's buffered samples
-live in the agent's memory and die with it; samples published while it is down wait at the
-broker (a persistent MQTT session).
+Between messages it waits for a wake-up (``common.wake_ups``: the ServerApp names this node
+on an MQTT topic after it pushed a message) and polls the SuperLink every ``--idle-poll-s``
+otherwise.
+
+State: a node's ``context.state`` (replica, error feedback, stream clock) lives in this
+process. With ``--state-dir`` it is also written there after every reply (Flower's protobuf,
+not a pickle), with the node's key, so a restarted agent is the same node (its key) with the
+same state: it answers the next message as if it had not stopped. A live stream's buffered
+samples die with the process; samples published while it is down wait at the broker (a
+persistent MQTT session).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from flwr.app import Context, Error, Message
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.app.user_config import UserConfig
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode, SubStatus
-from flwr.common.serde import context_from_proto, run_from_proto
-from flwr.proto.node_pb2 import Node
-from flwr.proto.runtime_pb2 import (
-    AcquireTaskRequest,
-    PullAppMessagesRequest,
-    PullTaskInputRequest,
-    SendTaskHeartbeatRequest,
-)
+from flwr.common.config import get_fused_config_from_fab, parse_config_args
+from flwr.common.constant import ErrorCode
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.fleet_pb2 import DeactivateNodeRequest, RegisterNodeFleetRequest
+from flwr.proto.message_pb2 import ObjectTree  # type: ignore[attr-defined]
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # type: ignore[attr-defined]
 from flwr.supercore import heartbeat as flower_heartbeat
-from flwr.supercore.auth.superexec_secret import load_superexec_auth_secret
-from flwr.supercore.constant import TaskType
-from flwr.supercore.heartbeat import HeartbeatSender
-from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-    make_confirm_message_received_fn_protobuf,
-    make_pull_object_fn_protobuf,
+from flwr.supercore.fab import Fab
+from flwr.supercore.inflatable.inflatable_object import (
+    get_all_nested_objects,
+    get_object_tree,
+    no_object_id_recompute,
 )
-from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-from flwr.supercore.interceptors import (
-    RuntimeTokenHttpInterceptor,
-    RuntimeVersionHttpInterceptor,
-    SuperExecAuthHttpInterceptor,
+from flwr.supercore.inflatable.inflatable_utils import (
+    pull_and_inflate_object_from_tree,
+    push_objects,
 )
-from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
+from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes
 from flwr.supercore.run import Run, RunNotRunningException
-from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+from flwr.supernode import fleet_http_connection
+from flwr.supernode.fleet_http_client import FleetHttpClient
+from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
-from common.flower_polls import (
-    HEARTBEAT_RANGE_S,
-    PULL_BACKOFF_CAP_S,
-    PULL_BACKOFF_S,
-    set_heartbeat,
-)
+from common.flower_polls import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
+from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
 
 APP_ID = "edgeflex/edgeflex"  # publisher/name of the app bundle this agent can run
-ACQUIRE_METHOD = "/flwr.proto.Runtime/AcquireTask"  # what the SuperNode's secret protects
-DEFAULT_POLL_S = 0.1
+KEY_FILE, NODE_ID_FILE = "node.key", "node-id"  # in --state-dir: who this device is
+STATE_SUFFIX = ".state"  # in --state-dir: <run id>.state, a run's context.state
 
-
-@dataclass(frozen=True)
-class AgentConfig:
-    runtime_api: str  # host:port of the SuperNode's Runtime API (its --port)
-    poll_s: float = DEFAULT_POLL_S  # wait between task polls while idle
-    secret: bytes | None = None  # the SuperNode's --superexec-auth-secret-file contents
+Keys = tuple[Any, Any]  # (EllipticCurvePrivateKey, EllipticCurvePublicKey)
 
 
 def installed_version() -> str:
@@ -101,150 +96,245 @@ def check_app(run: Run) -> None:
         )
 
 
-def _runtime_client(
-    address: str, interceptors: list[object], *, retry: bool = True
-) -> RuntimeHttpClient:
-    """A client of the SuperNode's Runtime API. With ``retry``, Flower's retries wait out an
-    unreachable SuperNode, and stop this process (SIGINT: the agent exits) when the SuperNode
-    refuses its secret."""
-    return RuntimeHttpClient.from_server_address(
-        server_address=address,
-        insecure=True,  # the Runtime API is the SuperNode's loopback port
-        root_certificates=None,
-        interceptors=interceptors,  # type: ignore[arg-type]
-        retry_invoker=make_simple_http_retry_invoker() if retry else None,
-    )
+@dataclass(frozen=True)
+class Link:
+    """Where the SuperLink's Fleet API is and how to reach it."""
+
+    superlink: str  # host:port
+    root_certificates: bytes | None = None  # None: --insecure
+    keys: Keys | None = None  # the node's registered key (SuperNode authentication)
 
 
-def _heartbeat(client: RuntimeHttpClient) -> Callable[[], bool]:
-    """Keep the task's token alive while it runs. Flower's own raises SIGINT when the
-    SuperNode refuses a beat; here a refused beat only ends the beats: the push with the
-    dead token then fails, and the agent goes on to the next task."""
-    request = SendTaskHeartbeatRequest()
+@dataclass
+class DeviceState:
+    """What a device keeps on disk (``--state-dir``): its key, its node id, each run's
+    ``context.state``. Without a directory, nothing is kept."""
 
-    def beat() -> bool:
-        try:
-            client.SendTaskHeartbeat(request)
-        except (Exception, RunNotRunningException):  # a missed beat is retried
-            return False
-        return True
+    directory: Path | None = None
 
-    return beat
+    def own_keys(self) -> Keys | None:
+        """The key this device registers itself with (made on its first start)."""
+        if self.directory is None:
+            return None
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        path = self.directory / KEY_FILE
+        if not path.exists():
+            made, _ = generate_key_pairs()
+            pem = made.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(pem)
+        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(private, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{path}: not an elliptic-curve private key")
+        return private, private.public_key()
+
+    def last_node_id(self) -> int | None:
+        path = None if self.directory is None else self.directory / NODE_ID_FILE
+        return None if path is None or not path.exists() else int(path.read_text())
+
+    def note_node_id(self, node_id: int) -> None:
+        if self.directory is not None:
+            (self.directory / NODE_ID_FILE).write_text(str(node_id))
+
+    def load(self, run_id: int) -> RecordDict:
+        path = None if self.directory is None else self.directory / f"{run_id}{STATE_SUFFIX}"
+        if path is None or not path.exists():
+            return RecordDict()
+        return recorddict_from_proto(ProtoRecordDict.FromString(path.read_bytes()))
+
+    def save(self, run_id: int, state: RecordDict) -> None:
+        if self.directory is None:
+            return
+        path = self.directory / f"{run_id}{STATE_SUFFIX}"
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(recorddict_to_proto(state).SerializeToString())
+        partial.replace(path)  # a kill mid-write leaves the last whole state
 
 
-def pull_task_input(client: RuntimeHttpClient) -> tuple[Message, Context, Run]:
-    """The task's message, the node's context and the run: Flower's ``pull_task_input``
-    (flwr 1.42 ``supernode/runtime/run_clientapp.py``) without the app bundle (the agent runs
-    its installed code), and with a short pull back-off: a task can be acquired before its
-    SuperNode holds all of the message's objects, and Flower's first back-off (1 s) is longer
-    than a whole round here."""
-    task = client.PullTaskInput(PullTaskInputRequest())
-    context = context_from_proto(task.context)
-    run = run_from_proto(task.run)
-    pulled = client.PullMessages(PullAppMessagesRequest())
-    if not pulled.messages_list:
-        raise RuntimeError("the SuperNode's Runtime API gave no message for the task")
-    node = Node(node_id=context.node_id)
-    tree = pulled.message_object_trees[0]
-    message = pull_and_inflate_object_from_tree(
-        tree,
-        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-        make_confirm_message_received_fn_protobuf(
-            client.ConfirmMessageReceived, node, context.run_id
-        ),
-        return_type=Message,
-        initial_backoff=PULL_BACKOFF_S,
-        backoff_cap=PULL_BACKOFF_CAP_S,
-    )
-    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's own sets it
-    return message, context, run
+@dataclass
+class Connection:
+    """Flower's Fleet calls for one node (``http_request_response``'s tuple, named)."""
+
+    node_id: int
+    receive: Callable[[], tuple[Message, ObjectTree] | None]
+    send: Callable[[Message, ObjectTree, float], tuple[set[str], str]]
+    get_run: Callable[[int], Run]
+    get_fab: Callable[[str, int], Fab]
+    pull_object: Callable[[int, str], bytes]
+    push_object: Callable[[int, str, str, bytes], None]
+    confirm_message_received: Callable[[int, str], None]
 
 
-def run_task(address: str, token: str, app: ClientApp) -> str:
-    """Run one acquired task: pull, call the app, push the reply and the context.
-    Returns the task's sub-status; whatever goes wrong is logged and ends this task only
-    (an exception in the app becomes an error reply, as in Flower's own ClientApp process)."""
-    client = _runtime_client(  # no retries: a task that cannot reach its SuperNode fails
-        address,
-        [
-            RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-            RuntimeTokenHttpInterceptor(token),
+def _take_back_identity(link: Link, keys: Keys, self_registered: bool, last: int | None) -> None:
+    """Before activating: register the device's own key (once; a repeat is refused and
+    ignored), and deactivate the node a killed run of this device left online, whose key it
+    holds: the SuperLink activates only an offline node, and would keep the dead one online
+    for twice its heartbeat interval."""
+    client = FleetHttpClient.from_server_address(
+        link.superlink,
+        link.root_certificates is None,
+        link.root_certificates,
+        interceptors=[
+            RuntimeVersionHttpInterceptor(component_name="SuperNode"),
+            NodeAuthHttpInterceptor(*keys),
         ],
-        retry=False,
     )
-    heartbeat = HeartbeatSender(_heartbeat(client))
-    heartbeat.start()
-    message: Message | None = None
-    context: Context | None = None
-    reply: Message | None = None
-    status, details = SubStatus.FAILED, "the agent failed before the task's input arrived"
-    try:
-        message, context, run = pull_task_input(client)
-        check_app(run)
-        pulled_at = time.time()
-        reply = app(message=message, context=context)
-        status, details = SubStatus.COMPLETED, ""
-        log.info(
-            "%s: pulled %.3f s after it was created, answered in %.3f s",
-            message.metadata.message_type,
-            pulled_at - message.metadata.created_at,
-            time.time() - pulled_at,
+    with client:
+        if self_registered:
+            # a repeat is refused: this device's earlier start registered the key
+            with contextlib.suppress(Exception):
+                client.RegisterNode(
+                    RegisterNodeFleetRequest(public_key=public_key_to_bytes(keys[1]))
+                )
+        if last is not None:  # refused when it is offline already
+            with contextlib.suppress(Exception):
+                client.DeactivateNode(DeactivateNodeRequest(node_id=last))
+
+
+@contextmanager
+def connect(link: Link, device: DeviceState) -> Iterator[Connection]:
+    """Flower's Fleet connection as this device's node: its registered key, or its own."""
+    keys = link.keys
+    self_registered = keys is None
+    if keys is None:
+        keys = device.own_keys()
+    if keys is not None:
+        _take_back_identity(link, keys, self_registered, device.last_node_id())
+    with fleet_http_connection.http_request_response(
+        link.superlink, link.root_certificates is None, link.root_certificates, keys
+    ) as calls:
+        connection = Connection(*calls)
+        device.note_node_id(connection.node_id)
+        yield connection
+
+
+@dataclass
+class Node:
+    """One device's node: its connection, its contexts (one per run), and what it runs."""
+
+    connection: Connection
+    app: ClientApp
+    node_config: UserConfig
+    device: DeviceState = field(default_factory=DeviceState)
+    contexts: dict[int, Context] = field(default_factory=dict)
+
+    def context(self, run_id: int) -> Context:
+        if run_id not in self.contexts:
+            run = self.connection.get_run(run_id)
+            check_app(run)
+            fab = self.connection.get_fab(run.fab_hash, run_id)
+            self.contexts[run_id] = Context(
+                run_id=run_id,
+                node_id=self.connection.node_id,
+                node_config=self.node_config,
+                state=self.device.load(run_id),
+                run_config=get_fused_config_from_fab(fab.content, run),
+            )
+        return self.contexts[run_id]
+
+    def pull(self, message: Message, tree: ObjectTree) -> Message:
+        """The message's objects, with a short pull back-off: a message is visible before
+        all its objects are, and Flower's first back-off (1 s) is longer than a round here."""
+        run_id = message.metadata.run_id
+        pulled = pull_and_inflate_object_from_tree(
+            tree,
+            lambda object_id: self.connection.pull_object(run_id, object_id),
+            lambda object_id: self.connection.confirm_message_received(run_id, object_id),
+            return_type=Message,
+            initial_backoff=PULL_BACKOFF_S,
+            backoff_cap=PULL_BACKOFF_CAP_S,
         )
-    except (Exception, RunNotRunningException) as exc:  # one bad task must not stop the agent
-        details = f"{type(exc).__name__}: {exc}"
-        log.error("task failed: %s", details)
-        if message is not None:
+        pulled.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's own sets it
+        return pulled
+
+    def push(self, reply: Message, took_s: float) -> None:
+        """The reply, then each object the SuperLink does not hold yet."""
+        run_id = reply.metadata.run_id
+        with no_object_id_recompute():
+            reply.metadata.__dict__["_message_id"] = reply.object_id  # as Flower's own sets it
+            tree = get_object_tree(reply)
+            wanted, session = self.connection.send(reply, tree, took_s)
+            push_objects(
+                get_all_nested_objects(reply),
+                lambda object_id, content: self.connection.push_object(
+                    run_id, session, object_id, content
+                ),
+                object_ids_to_push=wanted,
+            )
+
+    def handle(self, message: Message, tree: ObjectTree) -> None:
+        """Run one message: pull, call the app, push the reply; whatever goes wrong ends this
+        message only (an exception in the app becomes an error reply, as in Flower)."""
+        began, received_at = time.monotonic(), time.time()
+        try:
+            context = self.context(message.metadata.run_id)
+            message = self.pull(message, tree)
+        except (Exception, RunNotRunningException) as exc:
+            log.error("could not take message %s: %s", message.metadata.message_id, exc)
+            return
+        try:
+            reply = self.app(message=message, context=context)
+        except Exception as exc:  # one bad message must not stop the device
+            details = f"{type(exc).__name__}: {exc}"
+            log.error("message failed: %s", details)
             reply = Message(
                 Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details[:500]),
                 reply_to=message,
             )
-    try:
-        if reply is not None and context is not None:
-            push_message(client, reply, context)
-        push_task_output(client, context, status, details)
-    except (Exception, RunNotRunningException) as exc:
-        status = SubStatus.FAILED
-        log.error("could not hand the task back to the SuperNode: %s: %s", type(exc).__name__, exc)
-    finally:
-        if heartbeat.is_running:
-            heartbeat.stop()
-        client.close()
-    return status
-
-
-def serve(config: AgentConfig, app: ClientApp, stop: threading.Event) -> int:
-    """Poll the SuperNode for tasks and run each in this process until ``stop`` is set.
-    Returns the number of tasks run."""
-    interceptors: list[object] = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
-    if config.secret is not None:
-        interceptors.append(
-            SuperExecAuthHttpInterceptor(
-                master_secret=config.secret, protected_methods={ACQUIRE_METHOD}
-            )
+        self.device.save(context.run_id, context.state)
+        try:
+            self.push(reply, time.monotonic() - began)
+        except (Exception, RunNotRunningException) as exc:
+            log.error("could not push the reply: %s: %s", type(exc).__name__, exc)
+            return
+        log.info(
+            "%s: pulled %.3f s after it was created, answered in %.3f s",
+            message.metadata.message_type,
+            received_at - message.metadata.created_at,
+            time.monotonic() - began,
         )
-    control = _runtime_client(config.runtime_api, interceptors)
-    request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
-    tasks = 0
-    try:
-        while not stop.is_set():
-            acquired = control.AcquireTask(request)
-            if acquired.HasField("task") and acquired.token:
-                run_task(config.runtime_api, acquired.token, app)
-                tasks += 1
-                continue  # a round's next phase may be waiting already
-            stop.wait(config.poll_s)
-    finally:
-        control.close()
-    return tasks
+
+
+def serve(
+    node: Node,
+    stop: threading.Event,
+    wake_ups: WakeUps | None = None,
+    idle_poll_s: float = FALLBACK_POLL_S,
+) -> int:
+    """Take this node's messages until ``stop`` is set; return how many were handled.
+    Between messages: until a wake-up, or ``idle_poll_s``."""
+    if wake_ups is not None:
+        wake_ups.listen(node_topic(node.connection.node_id))
+    woken = wake_ups.woken if wake_ups is not None else threading.Event()
+    handled = 0
+    while not stop.is_set():
+        woken.clear()  # before the poll: a wake-up during it is not lost
+        pulled = node.connection.receive()
+        if pulled is None:
+            woken.wait(idle_poll_s)
+            continue
+        node.handle(*pulled)
+        handled += 1
+        if wake_ups is not None:
+            wake_ups.wake(run_topic(pulled[0].metadata.run_id))
+            if not stop.is_set():
+                # The next message comes with a wake-up (perhaps already while this one
+                # ran): no empty poll in between.
+                woken.wait(idle_poll_s)
+    return handled
 
 
 def warm_up() -> None:
-    """Pay a fresh process's one-off costs while it waits for its first task, not in it: the
-    data libraries a partition is made with (2-3 s here) and torch's first backward pass
-    (1.6 s)."""
+    """Pay a fresh process's one-off costs while it waits for its first message, not in it:
+    the data libraries a partition is made with (2-3 s here) and torch's first backward
+    pass (1.6 s)."""
     began = time.monotonic()
-    import datasets  # noqa: F401
-    import flwr_datasets.partitioner  # noqa: F401
     import sklearn.datasets  # noqa: F401
     import sklearn.model_selection  # noqa: F401
     import torch
@@ -255,27 +345,58 @@ def warm_up() -> None:
     log.info("warmed up in %.1f s (data libraries, first backward pass)", time.monotonic() - began)
 
 
+def _link(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Link:
+    if args.insecure == (args.root_certificates is not None):
+        parser.error("give --root-certificates (TLS) or --insecure")
+    root = None if args.root_certificates is None else args.root_certificates.read_bytes()
+    keys = None
+    if args.auth_supernode_private_key is not None:
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+
+        try:
+            private = load_ssh_private_key(args.auth_supernode_private_key.read_bytes(), None)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--auth-supernode-private-key: {exc}")
+        if not isinstance(private, ec.EllipticCurvePrivateKey):
+            parser.error("--auth-supernode-private-key: not an elliptic-curve key")
+        keys = (private, private.public_key())
+    return Link(args.superlink, root, keys)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="edgeflex-agent", description=__doc__.split("\n", 1)[0].strip()
     )
+    parser.add_argument("--superlink", default="127.0.0.1:9092", help="the Fleet API")
+    parser.add_argument("--insecure", action="store_true", help="no TLS (loopback only)")
+    parser.add_argument("--root-certificates", type=Path, help="the SuperLink's CA (TLS)")
     parser.add_argument(
-        "--runtime-api",
-        default="127.0.0.1:9094",
-        help="the SuperNode's Runtime API (flower-supernode --isolation process --port)",
-    )
-    parser.add_argument(
-        "--superexec-auth-secret-file",
+        "--auth-supernode-private-key",
         type=Path,
-        help="the file the SuperNode reads with --superexec-auth-secret-file (required)",
+        help="the node's key registered with `flwr supernode register` (OpenSSH format)",
+    )
+    parser.add_argument("--node-config", default="", help="'partition-id=0 num-partitions=3'")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="keep the node's key, id and state here, so a restart is the same node",
     )
     parser.add_argument(
-        "--no-superexec-auth",
-        action="store_true",
-        help="serve a SuperNode started without a secret: any local process could then take "
-        "this node's tasks (for a trusted machine only)",
+        "--heartbeat-interval-s",
+        type=float,
+        help="what the node tells the SuperLink (Flower's 30 s; at least 10); the SuperLink "
+        "drops a node silent for twice that",
     )
-    parser.add_argument("--poll-s", type=float, default=DEFAULT_POLL_S, help="idle poll")
+    parser.add_argument(
+        "--idle-poll-s",
+        type=float,
+        default=FALLBACK_POLL_S,
+        help="poll the SuperLink this often when no wake-up comes",
+    )
+    parser.add_argument(
+        "--wake-broker", metavar="HOST:PORT", help="MQTT broker of the run's wake-ups"
+    )
     parser.add_argument(
         "--mqtt",
         metavar="HOST:PORT",
@@ -288,39 +409,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mqtt-username", help="for a broker with a password file")
     parser.add_argument("--mqtt-password-file", type=Path, help="first line: the password")
     args = parser.parse_args(argv)
-    broker = None
-    if args.mqtt is not None:
-        if args.partition_id is None or args.partition_id < 0:
-            parser.error("--mqtt needs --partition-id (>= 0): it names the node's topic")
-        try:
-            broker = parse_broker(args.mqtt)
-            auth = BrokerAuth.of(args.mqtt_tls_ca, args.mqtt_username, args.mqtt_password_file)
-        except (ValueError, OSError) as exc:
-            parser.error(str(exc))
-    if not 0.001 <= args.poll_s <= 60:
-        parser.error(f"--poll-s must be within [0.001, 60] s, got {args.poll_s}")
-    if (args.superexec_auth_secret_file is None) != args.no_superexec_auth:
-        parser.error(
-            "give --superexec-auth-secret-file (the SuperNode's), or --no-superexec-auth for a "
-            "SuperNode without one"
-        )
     try:
-        secret = load_superexec_auth_secret(
-            None
-            if args.superexec_auth_secret_file is None
-            else str(args.superexec_auth_secret_file)
-        )
+        check_flower()  # the node loop follows flwr 1.42's SuperNode
     except ValueError as exc:
         parser.error(str(exc))
+    link = _link(args, parser)
+    broker = wake_broker = None
+    auth = BrokerAuth()
+    try:
+        auth = BrokerAuth.of(args.mqtt_tls_ca, args.mqtt_username, args.mqtt_password_file)
+        if args.mqtt is not None:
+            if args.partition_id is None or args.partition_id < 0:
+                parser.error("--mqtt needs --partition-id (>= 0): it names the node's topic")
+            broker = parse_broker(args.mqtt)
+        if args.wake_broker is not None:
+            wake_broker = parse_broker(args.wake_broker)
+        node_config = parse_config_args([args.node_config] if args.node_config else None)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    if args.node_config.strip() and not node_config:
+        parser.error(f"--node-config {args.node_config!r} is not 'key=value ...'")
+    if not 0.01 <= args.idle_poll_s <= 60:
+        parser.error(f"--idle-poll-s must be within [0.01, 60] s, got {args.idle_poll_s}")
+    if args.heartbeat_interval_s is not None:
+        try:  # what the node announces, and how often it beats
+            set_heartbeat(
+                fleet_http_connection, flower_heartbeat, interval_s=args.heartbeat_interval_s
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.state_dir is not None:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per poll
     from client.app import make_app  # torch and the model: imported once, here
 
-    # A task's heartbeat at Flower's shortest interval (a beat every 4 s, not 20 s): a SuperNode
-    # told to expect it (edgeflex-supernode --heartbeat-interval-s 10) gives up on the task of a
-    # killed agent after 20 s instead of a minute.
-    set_heartbeat(flower_heartbeat, interval_s=HEARTBEAT_RANGE_S[0])
-    # Beside the task loop, not before it: a restarted agent takes its node's next task at once.
+    # Beside the connection, not before it: a restarted agent takes its next message at once.
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     live, subscriber = None, None
     if broker is not None:
@@ -328,32 +452,32 @@ def main(argv: list[str] | None = None) -> int:
 
         live = LiveStream(args.partition_id)
         subscriber = subscribe(live, broker, args.topic_prefix, auth)
-        log.info(
-            "streaming %s/node-%d from %s:%d",
-            args.topic_prefix,
-            args.partition_id,
-            broker.host,
-            broker.port,
-        )
-    app = make_app(live)
+        log.info("streaming %s/node-%d from %s", args.topic_prefix, args.partition_id, broker)
+    wake_ups = None if wake_broker is None else WakeUps(wake_broker, auth)
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
+        if wake_ups is not None:
+            wake_ups.woken.set()  # an idle wait ends now
         if live is not None:
-            live.interrupt()  # a task waiting for samples ends now
+            live.interrupt()  # a message waiting for samples ends now
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    config = AgentConfig(runtime_api=args.runtime_api, poll_s=args.poll_s, secret=secret)
-    log.info("serving the SuperNode at %s", config.runtime_api)
+    handled = 0
     try:
-        tasks = serve(config, app, stop)
+        with connect(link, DeviceState(args.state_dir)) as connection:
+            log.info("node %d on the SuperLink at %s", connection.node_id, link.superlink)
+            node = Node(connection, make_app(live), node_config, DeviceState(args.state_dir))
+            handled = serve(node, stop, wake_ups, args.idle_poll_s)
     finally:
+        if wake_ups is not None:
+            wake_ups.close()
         if subscriber is not None:
             subscriber.disconnect()  # the broker keeps the session for the next start
             subscriber.loop_stop()
-    log.info("stopped after %d tasks", tasks)
+    log.info("stopped after %d messages", handled)
     return 0
 
 

@@ -17,7 +17,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from client.local_round import train_locally
-from client.mods import timing_stamps
+from client.mods import packed_content, timing_stamps
 from client.node import node_identity
 from client.replica import bring_up_to_date
 from client.reports import reports
@@ -139,7 +139,7 @@ def identify(msg: Message, context: Context) -> Message:
 def make_app(live: LiveStream | None = None) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
     reads instead of replaying the partition."""
-    client_app = ClientApp(mods=[timing_stamps])
+    client_app = ClientApp(mods=[packed_content, timing_stamps])
     client_app.train()(lambda msg, context: train(msg, context, live))
     client_app.query(IDENTIFY_ACTION)(identify)
     for collective in COLLECTIVES.values():

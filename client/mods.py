@@ -9,6 +9,7 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from common.settings import Settings
 from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT
+from wire.packing import is_packed, pack, unpack
 
 
 def timing_stamps(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -21,4 +22,16 @@ def timing_stamps(msg: Message, context: Context, call_next: ClientAppCallable) 
         metrics = reply.content.metric_records[METRICS_KEY]
         metrics[RECEIVED_AT] = received_at
         metrics[SENT_AT] = time.time()
+    return reply
+
+
+def packed_content(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Unpack an instruction the server packed into one object (``wire.packing``), and pack
+    the reply the same way: the outermost mod, so the reply is packed as it leaves."""
+    if not msg.has_content() or not is_packed(msg.content):
+        return call_next(msg, context)
+    msg.content = unpack(msg.content)
+    reply = call_next(msg, context)
+    if reply.has_content():
+        reply.content = pack(reply.content)
     return reply

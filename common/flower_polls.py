@@ -68,10 +68,13 @@ class ShortSleeps:
         return getattr(time, name)
 
 
-def _short_pull(module: ModuleType) -> None:
+def _short_pull(module: ModuleType, **bounds: float) -> None:
     _require(module, "pull_objects(")
     module.pull_objects = functools.partial(  # type: ignore[attr-defined]
-        module.pull_objects, initial_backoff=PULL_BACKOFF_S, backoff_cap=PULL_BACKOFF_CAP_S
+        module.pull_objects,
+        initial_backoff=PULL_BACKOFF_S,
+        backoff_cap=PULL_BACKOFF_CAP_S,
+        **bounds,
     )
 
 
@@ -88,14 +91,18 @@ def shorten_supernode(
     module.time = ShortSleeps({IDLE_SLEEP_S: idle_s, REPLY_SLEEP_S: reply_s})  # type: ignore[attr-defined]
 
 
-def shorten_grid_pull() -> None:
+def shorten_grid_pull(max_time_s: float) -> None:
     """Patch the ServerApp's deployment grid (``flwr.superlink.grid.http_grid``): a reply
-    whose objects are still arriving is pulled again after 10 ms, not 1 s."""
+    whose objects are still arriving is pulled again after 10 ms, not 1 s, and for at most
+    ``max_time_s`` (the round timeout), not Flower's 2 hours: a node killed between pushing
+    its reply and its reply's objects leaves a reply the SuperLink serves without them until
+    its push session expires (180 s), and each pull of it would hold the round that long.
+    After ``max_time_s`` Flower's grid turns it into an error reply."""
     check_flower()
     from flwr.superlink.grid import http_grid
 
     if not isinstance(http_grid.pull_objects, functools.partial):  # patch once per process
-        _short_pull(http_grid)
+        _short_pull(http_grid, max_time=max_time_s)
 
 
 def set_heartbeat(*modules: ModuleType, interval_s: float) -> None:

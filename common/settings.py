@@ -21,6 +21,7 @@ from typing import Any
 from common.flower_polls import check_flower
 from common.rates import check_stream_rates
 from common.synthetic import NUM_FEATURES
+from wire.stream_samples import parse_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +100,7 @@ class Settings:
     seed: int = _spec(minimum=0, doc="seed for data split, partitions, model init, batches")
     dataset: str = _spec(
         doc='"digits" (bundled), "mnist1d" (MNIST-1D, generated here), "synthetic" (FedProx\'s '
-        'Synthetic(α, β), generated per client) or a Hugging Face dataset name'
+        "Synthetic(α, β), generated per client) or a Hugging Face dataset name"
     )
     synthetic_alpha: float = _spec(
         minimum=0.0,
@@ -230,6 +231,15 @@ class Settings:
     short_polls: bool = _spec(
         doc="deployment, flwr 1.42.x: the ServerApp pulls a reply's late objects again after "
         "10 ms, not Flower's 1 s (pair with edgeflex-supernode on the nodes)"
+    )
+    packed_messages: bool = _spec(
+        doc="deployment: each message's content travels as one Flower object (wire/packing.py) "
+        "when it is at most 4 MiB, not one object per record and array"
+    )
+    wake_broker: str = _spec(
+        doc='deployment: "host:port" of an MQTT broker through which the ServerApp and '
+        'edgeflex-device processes wake each other when a message or reply is waiting; "": '
+        "both poll"
     )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')
     checkpoint_every: int = _spec(
@@ -429,13 +439,20 @@ class Settings:
         needs_validation = self.batch_norm_diagnosis or self.batch_norm_statistics == "recomputed"
         if needs_validation and self.validation_fraction == 0:
             key = "batch-norm-diagnosis" if self.batch_norm_diagnosis else "batch-norm-statistics"
-            raise ConfigError(f"{key}: recomputes statistics on the validation split, so it needs "
-                              "validation-fraction > 0")
+            raise ConfigError(
+                f"{key}: recomputes statistics on the validation split, so it needs "
+                "validation-fraction > 0"
+            )
         if self.short_polls:
             try:
                 check_flower()
             except ValueError as exc:
                 raise ConfigError(f"short-polls: {exc}") from None
+        if self.wake_broker:
+            try:
+                parse_broker(self.wake_broker)
+            except ValueError as exc:
+                raise ConfigError(f"wake-broker: {exc}") from None
         server_link = (self.server_uplink_mbps, self.server_downlink_mbps, self.server_latency_ms)
         if any(server_link) and (self.topology != "star" or self.timing == "measured"):
             raise ConfigError(

@@ -10,7 +10,9 @@ The processes are the ones a real deployment runs (docs/deployment.md), here all
    nodes behind a fleet gate (``scripts/fleet_gate.py``: they reach the Fleet API, not the
    Control API that registers keys);
 2. one ``flower-supernode`` per client, its identity in ``--node-config``: ``partition-id``,
-   ``num-partitions`` and, when streams are on, the device's ``stream-rate``;
+   ``num-partitions`` and, when streams are on, the device's ``stream-rate``; or, with
+   ``--agents``, one ``edgeflex-agent`` per client (node and ClientApp in one process), woken
+   through a mosquitto on loopback (``wake-broker``);
 3. ``flwr run . <connection> --stream`` with ``timing = "measured"`` and ``lr-scale-max = 1``
    unless the run config says otherwise (rounds of seconds make rate batches, and so an
    uncapped linear learning-rate factor, large enough to diverge; README).
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -60,21 +61,22 @@ from scripts.run_simulation import (
 from wire.stream_samples import BrokerAddress
 
 SUPEREXEC_POLL_S = 0.1  # Flower's SuperExec (no agent) polls its SuperNode this often
-AGENT_SECRET = "agent-secret"  # file name: the SuperExec auth secret a node and its agent share
 
 
 @dataclass(frozen=True)
 class NodeRuntime:
     """How each node runs its ClientApp messages.
 
-    ``agents``: an ``edgeflex-agent`` per node, the SuperNode in ``--isolation process``
-    (no process per message); ``short_polls``: ``edgeflex-supernode`` instead of
-    ``flower-supernode`` and ``short-polls = true`` for the ServerApp (flwr 1.42.x only;
-    ``common.flower_polls``); ``heartbeat_s``: with short polls, the SuperNodes' heartbeat
-    interval (Flower's 30 s: a dead node keeps its place for a minute); ``mqtt``: agents train
-    on samples a replay publisher per node sends through a local mosquitto (needs ``agents``)."""
+    ``agents``: each node is an ``edgeflex-agent`` (no SuperNode, no process per message),
+    woken through a local mosquitto unless ``wake_ups`` is off; ``short_polls``:
+    ``edgeflex-supernode`` instead of ``flower-supernode`` and ``short-polls = true`` for the
+    ServerApp (flwr 1.42.x only; ``common.flower_polls``); ``heartbeat_s``: the nodes'
+    heartbeat interval (Flower's 30 s: a dead node keeps its place for a minute); ``mqtt``:
+    agents train on samples a replay publisher per node sends through the local mosquitto
+    (needs ``agents``)."""
 
     agents: bool = False
+    wake_ups: bool = True  # with agents
     short_polls: bool = False
     heartbeat_s: float | None = None  # None: Flower's
     mqtt: bool = False  # a mosquitto on loopback, a publisher per node, agents subscribed
@@ -91,10 +93,8 @@ class Federation:
     node_args: list[str]  # security flags of every SuperNode (its key is added per node)
     auth: bool = False
     runtime: NodeRuntime = NodeRuntime()
-    supernodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
-    agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
-    runtime_ports: dict[int, int] = field(default_factory=dict)  # each node's Runtime API
-    broker: BrokerAddress | None = None  # runtime.mqtt: the local mosquitto
+    nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)  # by partition
+    broker: BrokerAddress | None = None  # agents: the local mosquitto (wake-ups, streams)
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)  # to stop, all
     fleet_port: int | None = None  # with TLS: the fleet gate's (scripts/fleet_gate.py)
 
@@ -104,13 +104,7 @@ class Federation:
     def _supernode_command(self) -> list[str]:
         if not self.runtime.short_polls:
             return ["flower-supernode"]
-        heartbeat = self.runtime.heartbeat_s
-        return [
-            sys.executable,
-            "-m",
-            "client.supernode",
-            *([] if heartbeat is None else ["--heartbeat-interval-s", str(heartbeat)]),
-        ]
+        return [sys.executable, "-m", "client.supernode"]
 
     def _popen(self, cmd: list[str], log_name: str, home: Path) -> subprocess.Popen[bytes]:
         env = {**flower_env(home), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S)}
@@ -128,66 +122,37 @@ class Federation:
         return proc
 
     def start_node(self, index: int) -> subprocess.Popen[bytes]:
-        """Start (or start again: a device that comes back) the SuperNode of partition
-        ``index``; with authentication, under a newly registered key."""
-        args = list(self.node_args)
+        """Start (or start again: a device that comes back) the node of partition ``index``.
+        A SuperNode comes back as a new node (under a newly registered key, with
+        authentication); an agent comes back as the same node, with the key and state it
+        keeps in its state directory."""
+        args = [*self.node_args, "--superlink", f"127.0.0.1:{self.fleet_port or self.port}"]
+        args += ["--node-config", node_config(self.settings, index)]
         if self.auth:
             key = self.flwr_home / "keys" / f"node-{index}-{len(self.started)}"
-            key.parent.mkdir(parents=True, exist_ok=True)
-            _register(self, _node_key(key))
+            if self.runtime.agents:
+                key = self.flwr_home / "keys" / f"node-{index}"
+            if not key.exists():
+                key.parent.mkdir(parents=True, exist_ok=True)
+                _register(self, _node_key(key))
             args += ["--auth-supernode-private-key", str(key)]
         home = self.flwr_home / f"node-{index}-{len(self.started)}"  # its own app cache
         home.mkdir(parents=True, exist_ok=True)
+        heartbeat = self.runtime.heartbeat_s
+        if heartbeat is not None:
+            args += ["--heartbeat-interval-s", str(heartbeat)]
         if self.runtime.agents:
-            args += ["--isolation", "process", "--superexec-auth-secret-file", str(self.secret)]
-        self.runtime_ports[index] = free_port()
-        proc = self._popen(
-            [
-                *self._supernode_command(),
-                *args,
-                "--superlink",
-                f"127.0.0.1:{self.fleet_port or self.port}",
-                "--port",
-                str(self.runtime_ports[index]),
-                "--node-config",
-                node_config(self.settings, index),
-            ],
-            f"supernode-{index}.log",
-            home,
-        )
-        self.supernodes[index] = proc
-        if self.runtime.agents:
-            self.start_agent(index)
-        return proc
-
-    @property
-    def secret(self) -> Path:
-        return self.flwr_home / AGENT_SECRET
-
-    def start_agent(self, index: int) -> subprocess.Popen[bytes]:
-        """Start (or start again) the edge agent of partition ``index``: it serves its
-        SuperNode's Runtime API with the secret they share."""
-        home = self.flwr_home / f"agent-{index}-{len(self.started)}"
-        home.mkdir(parents=True, exist_ok=True)
-        proc = self._popen(
-            [
-                sys.executable,
-                "-m",
-                "client.agent",
-                "--runtime-api",
-                f"127.0.0.1:{self.runtime_ports[index]}",
-                "--superexec-auth-secret-file",
-                str(self.secret),
-                *(
-                    []
-                    if self.broker is None
-                    else ["--mqtt", str(self.broker), "--partition-id", str(index)]
-                ),
-            ],
-            f"agent-{index}.log",
-            home,
-        )
-        self.agents[index] = proc
+            args += ["--state-dir", str(self.flwr_home / f"device-{index}")]
+            if self.broker is not None and self.runtime.wake_ups:
+                args += ["--wake-broker", str(self.broker)]
+            if self.runtime.mqtt:
+                args += ["--mqtt", str(self.broker), "--partition-id", str(index)]
+            command = [sys.executable, "-m", "client.agent", *args]
+            proc = self._popen(command, f"agent-{index}.log", home)
+        else:
+            command = [*self._supernode_command(), *args, "--port", str(free_port())]
+            proc = self._popen(command, f"supernode-{index}.log", home)
+        self.nodes[index] = proc
         return proc
 
     def start_publisher(self, index: int) -> subprocess.Popen[bytes]:
@@ -200,16 +165,10 @@ class Federation:
             publisher_command(self.broker, index, run_config), f"publisher-{index}.log", home
         )
 
-    def crash_agent(self, index: int) -> None:
-        """SIGKILL the agent of partition ``index`` (its SuperNode stays up)."""
-        kill_tree(self.agents.pop(index))
-
     def crash_node(self, index: int) -> None:
-        """Kill the SuperNode of partition ``index`` and its agent, if it has one, with
-        SIGKILL (no goodbye to the SuperLink), as a device that loses power would go."""
-        kill_tree(self.supernodes.pop(index))
-        if index in self.agents:
-            kill_tree(self.agents.pop(index))
+        """SIGKILL the node of partition ``index`` (no goodbye to the SuperLink), as a device
+        that loses power would go."""
+        kill_tree(self.nodes.pop(index))
 
     def stop_all_nodes(self) -> None:
         stop_trees(self.started)
@@ -222,6 +181,9 @@ class Federation:
         timeout_s: float | None = None,
     ) -> int:
         """``flwr run`` the project on this federation; return its exit code."""
+        if self.runtime.agents and self.runtime.wake_ups:
+            assert self.broker is not None
+            run_config = {**run_config, "wake-broker": str(self.broker)}
         cmd = [
             "flwr",
             "run",
@@ -288,8 +250,11 @@ def local_federation(
             "MQTT streams need the agents (--agents): a ClientApp process per "
             "message has nowhere to keep a subscription"
         )
-    if runtime.heartbeat_s is not None and not runtime.short_polls:
-        raise ValueError("a heartbeat interval is set by edgeflex-supernode: add --short-polls")
+    if runtime.heartbeat_s is not None and not (runtime.short_polls or runtime.agents):
+        raise ValueError(
+            "a heartbeat interval is set by edgeflex-supernode or edgeflex-agent: add "
+            "--short-polls or --agents"
+        )
     tls_args: list[str] | None = None
     ca_file: Path | None = None
     gate_files: GateFiles | None = None
@@ -333,13 +298,12 @@ def local_federation(
                 federation.fleet_port = stack.enter_context(
                     local_gate(port, gate_files, flwr_home / "gate", logs_dir)
                 )
-            if runtime.agents:
-                federation.secret.write_bytes(secrets.token_bytes(32))
-                federation.secret.chmod(0o600)
-            if runtime.mqtt:
+            if runtime.agents and (runtime.mqtt or runtime.wake_ups):
                 federation.broker = stack.enter_context(
                     local_broker(flwr_home / "broker", logs_dir / "mosquitto.log")
                 )
+            if runtime.mqtt:
+                assert federation.broker is not None  # mqtt needs agents
                 for index in range(settings.num_clients):  # before anything is published
                     open_session(federation.broker, index)
             try:
@@ -415,7 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agents",
         action="store_true",
-        help="an edgeflex-agent per node runs its messages (no ClientApp process per message)",
+        help="each node is an edgeflex-agent: node and ClientApp in one process per device",
+    )
+    parser.add_argument(
+        "--no-wake-ups",
+        action="store_true",
+        help="with --agents: no mosquitto for wake-ups; nodes and ServerApp poll",
     )
     parser.add_argument(
         "--short-polls",
@@ -427,8 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         "--heartbeat-s",
         type=float,
         default=None,
-        help="with --short-polls: the SuperNodes' heartbeat interval (Flower's 30 s, at least "
-        "10 s); the SuperLink drops a node silent for twice that",
+        help="with --short-polls or --agents: the nodes' heartbeat interval (Flower's 30 s, at "
+        "least 10 s); the SuperLink drops a node silent for twice that",
     )
     parser.add_argument(
         "--mqtt",
@@ -439,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runtime = NodeRuntime(
         agents=args.agents or args.mqtt,
+        wake_ups=not args.no_wake_ups,
         short_polls=args.short_polls,
         heartbeat_s=args.heartbeat_s,
         mqtt=args.mqtt,
@@ -447,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda overrides: run(overrides, tls=args.tls, runtime=runtime),
         args.run_config,
         stopped="the SuperLink and SuperNodes were",
-        logs="the superlink.log and supernode-*.log files in {results_dir}",
+        logs="the superlink.log, supernode-*.log and agent-*.log files in {results_dir}",
     )
 
 

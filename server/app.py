@@ -32,6 +32,7 @@ from server.build import (
 )
 from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from server.evaluation import BatchNormDiagnosis, evaluate
+from server.packed_grid import PackedGrid
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
@@ -50,6 +51,7 @@ from timing.devices import load_catalog
 from timing.network import load_schedule
 from timing.timed_grid import DEFAULT_POLL_S, SIMULATION_POLL_S, TimedGrid
 from wire.layout import Layout
+from wire.stream_samples import parse_broker
 
 app = ServerApp()
 # Flower's simulation process imports this module before its engine starts: shorten the
@@ -147,11 +149,19 @@ def build_strategy(
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
     if settings.short_polls:
-        shorten_grid_pull()
+        shorten_grid_pull(settings.round_timeout_s)
     # Polls from 2 ms, doubling up to 0.1 s (Flower's: 3 s), or 5 ms in simulation, where a
     # poll is a lookup in this process; and times every exchange.
     poll_s = SIMULATION_POLL_S if isinstance(grid, InMemoryGrid) else DEFAULT_POLL_S
-    grid = TimedGrid(grid, poll_s=poll_s)
+    if settings.packed_messages and not isinstance(grid, InMemoryGrid):
+        grid = PackedGrid(grid)  # a simulation's messages never leave its process
+    wake_ups = None
+    if settings.wake_broker:  # deployment with edgeflex-agent nodes (common/wake_ups.py)
+        from common.wake_ups import WakeUps, run_topic
+
+        wake_ups = WakeUps(parse_broker(settings.wake_broker))
+        wake_ups.listen(run_topic(context.run_id))
+    grid = TimedGrid(grid, poll_s=poll_s, wake_ups=wake_ups)
     catalog = load_catalog(PROJECT_ROOT / settings.devices_file)
     profiles = catalog.assign(settings.device_mix, settings.num_clients)
     spec = data_spec(settings)

@@ -58,6 +58,8 @@ RESUMABLE_KEYS = frozenset(
         "resume-from",
         "round-timeout-s",
         "short-polls",
+        "packed-messages",
+        "wake-broker",
     }
 )
 

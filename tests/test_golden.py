@@ -63,6 +63,8 @@ NEW_SETTINGS = {
     "server-latency-ms": 0.0,
     "server-uplink-mbps": 0.0,
     "short-polls": False,
+    "packed-messages": True,
+    "wake-broker": "",
     "sparsity-warmup-rounds": 0,
     "synthetic-alpha": 1.0,
     "synthetic-beta": 1.0,

@@ -5,18 +5,29 @@ within 3 s, and every phase costs a multiple of 3 s. ``TimedGrid`` delegates eve
 grid it wraps but runs ``send_and_receive`` itself with a short poll interval, and remembers,
 per message id, the push time and the time the reply was pulled. The strategies read these to
 measure each client's round trip (timing = "measured").
+
+With wake-ups (``common.wake_ups``, ``wake-broker``), it names each node on its topic after
+pushing its message, and instead of polling it waits for a node's wake-up, polling every
+``FALLBACK_POLL_S`` otherwise.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flwr.app import Message, RecordDict
 from flwr.proto.node_pb2 import NodeInfo  # type: ignore[attr-defined]
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
+
+from common.wake_ups import FALLBACK_POLL_S, node_topic
+
+if TYPE_CHECKING:  # paho-mqtt is imported only when a run has a wake-broker
+    from common.wake_ups import WakeUps
 
 DEFAULT_POLL_S = 0.1
 SIMULATION_POLL_S = 0.005  # the grid is in the simulation's own process: a poll is cheap
@@ -38,12 +49,14 @@ class TimedGrid(Grid):
         inner: Grid,
         poll_s: float = DEFAULT_POLL_S,
         clock: Callable[[], float] = time.time,
+        wake_ups: WakeUps | None = None,
     ) -> None:
         if poll_s <= 0:
             raise ValueError(f"poll interval must be > 0 s, got {poll_s}")
         self._inner = inner
         self._poll_s = poll_s
         self._clock = clock
+        self._wake_ups = wake_ups
         self._trips: dict[str, RoundTrip] = {}
         self.exchange_s: list[float] = []  # each send_and_receive: push to return, in order
 
@@ -79,6 +92,8 @@ class TimedGrid(Grid):
         for message_id, message in zip(ids, messages, strict=True):
             if message_id:  # Flower returns "" for a message it could not push
                 self._trips[message_id] = RoundTrip(message.metadata.dst_node_id, now, None)
+                if self._wake_ups is not None:
+                    self._wake_ups.wake(node_topic(message.metadata.dst_node_id))
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
@@ -99,18 +114,25 @@ class TimedGrid(Grid):
     ) -> Iterable[Message]:
         """Push, then pull until all replies came or ``timeout`` passed: first after 2 ms,
         then after twice the last wait, up to every ``poll_s``. A round's replies are seen
-        within about its own length (a fixed 0.1-s poll made every short round cost 0.2 s)."""
+        within about its own length (a fixed 0.1-s poll made every short round cost 0.2 s).
+        With wake-ups: pull when a node says it replied, or every ``FALLBACK_POLL_S``."""
         began = self._clock()
         pending = {i for i in self.push_messages(messages) if i}
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: list[Message] = []
         wait_s = min(FIRST_POLL_S, self._poll_s)
         while pending:
+            if self._wake_ups is not None:
+                self._wake_ups.woken.clear()  # before the pull: a wake-up during it is kept
             pulled = list(self.pull_messages(pending))
             replies.extend(pulled)
             pending -= {m.metadata.reply_to_message_id for m in pulled}
             if not pending or (deadline is not None and time.monotonic() >= deadline):
                 break
+            if self._wake_ups is not None:
+                left = math.inf if deadline is None else deadline - time.monotonic()
+                self._wake_ups.wait(max(0.0, min(FALLBACK_POLL_S, left)))
+                continue
             time.sleep(wait_s)
             wait_s = min(2 * wait_s, self._poll_s)
         self.exchange_s.append(self._clock() - began)

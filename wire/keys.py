@@ -16,6 +16,7 @@ INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
 SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)
 INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
 HINTS_KEY = "residual-hints"  # Allreduce residual-hints: where a client's residual is largest
+PACKED_KEY = "packed"  # a whole content in one ConfigRecord (wire/packing.py)
 
 # --- arrays inside records -------------------------------------------------------------------
 VALUES = "values"  # float32 values of a sparse vector (or of the whole model)

@@ -1,11 +1,19 @@
-"""The edge agent's own checks (its runs against a real SuperNode are in tests/test_agents.py)."""
+"""The edge agent's own parts (its runs against a real SuperLink are in tests/test_agents.py)."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.run import Run
 
-from client.agent import APP_ID, check_app, installed_version, main
+from client.agent import APP_ID, KEY_FILE, DeviceState, check_app, installed_version, main, serve
+from common.wake_ups import node_topic, run_topic
 
 
 def _run(fab_id: str, fab_version: str) -> Run:
@@ -40,14 +48,14 @@ def test_the_agent_runs_only_its_own_app_at_its_own_version() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--mqtt", "127.0.0.1:1883"], "--mqtt needs --partition-id"),
-        (["--mqtt", "localhost", "--partition-id", "0"], "is not host:port"),
-        (["--poll-s", "0", "--no-superexec-auth"], "--poll-s must be within"),
-        ([], "give --superexec-auth-secret-file (the SuperNode's), or --no-superexec-auth"),
-        (
-            ["--superexec-auth-secret-file", "s", "--no-superexec-auth"],
-            "give --superexec-auth-secret-file",
-        ),
+        (["--insecure", "--mqtt", "127.0.0.1:1883"], "--mqtt needs --partition-id"),
+        (["--insecure", "--mqtt", "localhost", "--partition-id", "0"], "is not host:port"),
+        (["--insecure", "--wake-broker", "nowhere"], "is not host:port"),
+        (["--insecure", "--idle-poll-s", "0"], "--idle-poll-s must be within"),
+        (["--insecure", "--heartbeat-interval-s", "5"], "heartbeat interval must be within"),
+        ([], "give --root-certificates (TLS) or --insecure"),
+        (["--insecure", "--root-certificates", "ca.crt"], "give --root-certificates (TLS) or"),
+        (["--insecure", "--node-config", "partition-id"], "is not 'key=value ...'"),
     ],
 )
 def test_bad_arguments_stop_the_agent_before_it_starts(
@@ -57,3 +65,72 @@ def test_bad_arguments_stop_the_agent_before_it_starts(
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_device_keeps_its_key_node_id_and_state_across_restarts(tmp_path: Path) -> None:
+    device = DeviceState(tmp_path)
+    private, public = device.own_keys()  # type: ignore[misc]
+    assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    again = DeviceState(tmp_path).own_keys()  # the next start: the same key
+    assert again is not None and again[1].public_numbers() == public.public_numbers()
+    assert device.last_node_id() is None
+    device.note_node_id(1234)
+    assert DeviceState(tmp_path).last_node_id() == 1234
+    state = RecordDict(
+        {
+            "replica": ArrayRecord({"values": Array(np.arange(3, dtype=np.float32))}),
+            "replica-meta": ConfigRecord({"model-version": 7}),
+        }
+    )
+    device.save(5, state)
+    back = DeviceState(tmp_path).load(5)
+    np.testing.assert_array_equal(back["replica"]["values"].numpy(), np.arange(3))
+    assert back["replica-meta"]["model-version"] == 7
+    assert len(DeviceState(tmp_path).load(6)) == 0  # another run starts empty
+    # Without a directory nothing is kept, and the connection makes a key per start.
+    assert DeviceState().own_keys() is None and len(DeviceState().load(5)) == 0
+
+
+@dataclass
+class FakeConnection:
+    node_id: int
+    queue: list[object]
+    polls: int = 0
+
+    def receive(self) -> tuple[Message, object] | None:
+        self.polls += 1
+        return self.queue.pop(0) if self.queue else None  # type: ignore[return-value]
+
+
+class FakeWakeUps:
+    def __init__(self) -> None:
+        self.woken = threading.Event()
+        self.listened: list[str] = []
+        self.woke: list[str] = []
+
+    def listen(self, topic: str) -> None:
+        self.listened.append(topic)
+
+    def wake(self, topic: str) -> None:
+        self.woke.append(topic)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_the_node_polls_once_per_wake_up_and_wakes_the_run_after_each_reply() -> None:
+    message = Message(RecordDict(), dst_node_id=9, message_type="train")
+    connection = FakeConnection(node_id=9, queue=[(message, "tree"), (message, "tree")])
+    stop, wake_ups = threading.Event(), FakeWakeUps()
+    handled: list[object] = []
+
+    def handle(msg: Message, tree: object) -> None:
+        handled.append(tree)
+        if len(handled) == 1:
+            wake_ups.woken.set()  # the next message was pushed while this one ran
+        else:
+            stop.set()
+
+    node = SimpleNamespace(connection=connection, handle=handle)
+    assert serve(node, stop, wake_ups, idle_poll_s=5.0) == 2  # type: ignore[arg-type]
+    assert wake_ups.listened == [node_topic(9)]
+    assert wake_ups.woke == [run_topic(message.metadata.run_id)] * 2
+    assert connection.polls == 2  # no empty poll between the two messages

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -108,3 +109,21 @@ def test_the_installed_flower_announces_and_beats_by_the_patched_name() -> None:
     assert (HEARTBEAT_MIN_INTERVAL, HEARTBEAT_MAX_INTERVAL) == flower_polls.HEARTBEAT_RANGE_S
     for module in (fleet_http_connection, heartbeat, in_memory_corestate):
         assert "HEARTBEAT_DEFAULT_INTERVAL" in flower_polls.inspect.getsource(module)
+
+
+def test_the_grid_pulls_a_late_reply_for_at_most_the_round_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node killed between its reply and the reply's objects must not hold the round for
+    the SuperLink's 180-s push session: the grid gives up after the round timeout."""
+    from flwr.superlink.grid import http_grid
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after
+    flower_polls.shorten_grid_pull(8.0)
+    patched = http_grid.pull_objects
+    assert isinstance(patched, functools.partial)
+    assert patched.keywords == {
+        "initial_backoff": flower_polls.PULL_BACKOFF_S,
+        "backoff_cap": flower_polls.PULL_BACKOFF_CAP_S,
+        "max_time": 8.0,
+    }
