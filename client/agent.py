@@ -65,7 +65,10 @@ from flwr.supernode import fleet_http_connection
 from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
+from client.data_process import partition_in_child
+from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
 from common.flower_polls import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
+from common.settings import Settings
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
 
@@ -268,6 +271,20 @@ class Node:
                 object_ids_to_push=wanted,
             )
 
+    @staticmethod
+    def make_local_data(context: Context) -> None:
+        """The node's partition, made once by a child process (``client.data_process``): the
+        data libraries stay out of this process. A failure is logged; the app then makes the
+        partition itself, or says what is wrong."""
+        if LOCAL_DATA_KEY in context.state:
+            return
+        try:
+            settings = Settings.from_run_config(context.run_config, tables=False)
+            partition_id = node_identity(context, settings)
+            keep_local_data(context, partition_in_child(dict(context.run_config), partition_id))
+        except Exception as exc:
+            log.error("could not make the partition in a child process: %s", exc)
+
     def handle(self, message: Message, tree: ObjectTree) -> None:
         """Run one message: pull, call the app, push the reply; whatever goes wrong ends this
         message only (an exception in the app becomes an error reply, as in Flower)."""
@@ -278,6 +295,7 @@ class Node:
         except (Exception, RunNotRunningException) as exc:
             log.error("could not take message %s: %s", message.metadata.message_id, exc)
             return
+        self.make_local_data(context)
         try:
             reply = self.app(message=message, context=context)
         except Exception as exc:  # one bad message must not stop the device
@@ -331,18 +349,16 @@ def serve(
 
 
 def warm_up() -> None:
-    """Pay a fresh process's one-off costs while it waits for its first message, not in it:
-    the data libraries a partition is made with (2-3 s here) and torch's first backward
-    pass (1.6 s)."""
+    """Pay a fresh process's one-off cost while it waits for its first message, not in it:
+    torch's first backward pass (1.6 s). (The data libraries are a child's: see
+    ``Node.make_local_data``.)"""
     began = time.monotonic()
-    import sklearn.datasets  # noqa: F401
-    import sklearn.model_selection  # noqa: F401
     import torch
 
     layer = torch.nn.Linear(4, 2)
     layer(torch.zeros(1, 4)).sum().backward()
     torch.optim.SGD(layer.parameters(), lr=0.1).step()
-    log.info("warmed up in %.1f s (data libraries, first backward pass)", time.monotonic() - began)
+    log.info("warmed up in %.1f s (first backward pass)", time.monotonic() - began)
 
 
 def _link(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Link:

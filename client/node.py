@@ -42,13 +42,17 @@ def node_stream_rate(context: Context) -> float | None:
     return float(value)
 
 
+def keep_local_data(context: Context, data: ArrayData) -> None:
+    """Keep ``data`` as the node's partition (``local_data`` reads it from now on)."""
+    context.state[LOCAL_DATA_KEY] = ArrayRecord(
+        {SAMPLES_X: Array(data.x), SAMPLES_Y: Array(data.y)}
+    )
+
+
 def local_data(context: Context, settings: Settings, partition_id: int) -> ArrayData:
     """The node's partition, kept in ``context.state`` so it is loaded once per node."""
     if LOCAL_DATA_KEY not in context.state:
-        data = client_partition(settings, partition_id)
-        context.state[LOCAL_DATA_KEY] = ArrayRecord(
-            {SAMPLES_X: Array(data.x), SAMPLES_Y: Array(data.y)}
-        )
+        keep_local_data(context, client_partition(settings, partition_id))
     record = context.state[LOCAL_DATA_KEY]
     assert isinstance(record, ArrayRecord)
     return ArrayData(

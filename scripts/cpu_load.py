@@ -2,23 +2,27 @@
 rounds of a run (where a deployment round's time goes).
 
     python -m scripts.cpu_load --nodes 10 [--agents] [--short-polls]
-    python -m scripts.cpu_load --nodes 10 --agents --short-polls --rounds 12
+    python -m scripts.cpu_load --nodes 10 --agents --short-polls --rounds 12 [--simulation]
 
 Starts a SuperLink and the nodes as ``scripts.run_federation`` does. Idle: waits
 ``--settle-s`` for every process to finish starting (agents import torch), then measures the
 CPU time each kind of process uses over ``--window-s``. With ``--rounds N``: runs the scadles
 preset for N rounds and measures from the end of round 2 to the end of round N. Prints cores
-(1.0 = one core busy the whole window) and, for a run, CPU seconds per round and the
-SuperLink's requests per round by path (``scripts.count_requests``). The SuperLink is one
-process: its CPU seconds per round are a floor under the round's wall time. Measured: the
-processes alive at both ends of the window (so a run needs ``--agents``); the request counts
-are the SuperLink's file of counts, written every 0.5 s, read at both ends.
+(1.0 = one core busy the whole window) and, for a run: the median wall seconds per round of
+rounds 3-N (``wall_time_s`` in rounds.jsonl), CPU seconds per node-round by kind of process,
+the SuperLink's requests per node-round by path (``scripts.count_requests``), and the resident
+memory of each kind of process at the window's end. The SuperLink is one process: its CPU
+seconds per round are a floor under the round's wall time. Measured: the processes alive at
+both ends of the window (so a run needs ``--agents``); the request counts are the SuperLink's
+file of counts, written every 0.5 s, read at both ends. ``--simulation`` first runs the same
+configuration in Flower's simulation and prints its median too, and the difference.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import threading
 import time
@@ -31,8 +35,11 @@ import psutil
 from scripts.count_requests import WRITE_EVERY_S, read_counts
 from scripts.peak_rss import kind
 from scripts.processes import process_tree
+from scripts.round_overhead import per_round_wall_s
 from scripts.run_federation import Federation, NodeRuntime, deployment_overrides, local_federation
 from scripts.run_simulation import parse_overrides, resolve_settings
+from scripts.run_simulation import run as run_simulation
+from server.records import read_rounds
 
 RUN_CONFIG = "configs/scadles.toml"
 CpuSeconds = dict[int, tuple[str, float]]  # pid -> (kind of process, CPU seconds so far)
@@ -68,15 +75,35 @@ def _wait_for_round(path: Path, count: int, runner: threading.Thread) -> None:
         time.sleep(0.05)
 
 
+def resident_mb(pids: set[int]) -> dict[str, float]:
+    """The largest resident set of a process of each kind, in MB."""
+    out: dict[str, float] = {}
+    for pid in pids:
+        try:
+            rss = psutil.Process(pid).memory_info().rss / 2**20
+        except psutil.Error:
+            continue
+        if (name := kind(pid)) is not None:
+            out[name] = max(out.get(name, 0.0), rss)
+    return out
+
+
+def median_round_s(results_dir: Path, first: int = 3) -> float:
+    """Median wall seconds of rounds ``first``.. of a run (each round's own duration)."""
+    steps = per_round_wall_s(read_rounds(results_dir))  # rounds 2, 3, ...
+    return statistics.median(steps[first - 2 :])
+
+
 @dataclass
 class Window:
     """What was measured: CPU seconds of each process at its start and end, its length, and
-    (for a run) the SuperLink's requests by path in it."""
+    (for a run) the SuperLink's requests by path in it and each kind's memory at its end."""
 
     before: CpuSeconds
     after: CpuSeconds
     seconds: float
     requests: Counter[str] = field(default_factory=Counter)
+    resident: dict[str, float] = field(default_factory=dict)
 
     def cores(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -112,11 +139,12 @@ def _measure_run(
             before, began = cpu_seconds(pids), time.monotonic()
             requests_before = read_counts(counts_file)
             _wait_for_round(records, rounds, runner)
-            after = cpu_seconds(pids | _federation_pids(federation))
+            pids |= _federation_pids(federation)
+            after, resident = cpu_seconds(pids), resident_mb(pids)
             seconds = time.monotonic() - began
             time.sleep(2 * WRITE_EVERY_S)  # the SuperLink's counts file catches up
             requests = read_counts(counts_file) - requests_before
-            return Window(before, after, seconds, requests)
+            return Window(before, after, seconds, requests, resident)
         finally:
             runner.join()
 
@@ -127,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", action="store_true")
     parser.add_argument("--short-polls", action="store_true")
     parser.add_argument("--rounds", type=int, help="measure rounds 3..N of a run, not idle")
+    parser.add_argument(
+        "--simulation",
+        action="store_true",
+        help="with --rounds: first run the same configuration in simulation, for comparison",
+    )
     parser.add_argument("--settle-s", type=float, default=50.0)
     parser.add_argument("--window-s", type=float, default=20.0)
     parser.add_argument("--logs", type=Path, default=Path("/tmp/edgeflex-cpu-load"))
@@ -146,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         ),
         runtime,
     )
+    simulated_s = None
+    if args.simulation and args.rounds is not None:
+        simulated = {**overrides, "results-dir": str(args.logs / "simulation")}
+        with open(os.devnull, "w") as quiet:
+            code, results = run_simulation(simulated, stream_to=quiet)
+        if code != 0:
+            raise SystemExit(f"the simulation run failed; see {results}")
+        simulated_s = median_round_s(results)
     counts_file = args.logs / "superlink-requests.json"
     counts_file.unlink(missing_ok=True)
     superlink = [sys.executable, "-m", "scripts.count_requests", str(counts_file)]
@@ -163,12 +204,27 @@ def main(argv: list[str] | None = None) -> int:
         _print_table(["process", "cores"], window.cores(), [1.0])
         return 0
     rounds = args.rounds - 2
-    print(f"{label}, rounds 3-{args.rounds}: {window.seconds / rounds:.2f} s per round")
+    node_rounds = rounds * args.nodes
+    median_s = median_round_s(Path(federation.settings.results_dir))
+    print(
+        f"{label}, rounds 3-{args.rounds}: {median_s:.2f} s per round (median; mean "
+        f"{window.seconds / rounds:.2f})"
+    )
+    if simulated_s is not None:
+        print(
+            f"simulation of the same configuration: {simulated_s:.2f} s per round (median), "
+            f"{median_s - simulated_s:+.2f} s per round here"
+        )
     _print_table(
-        ["process", "cores", "CPU s per round"], window.cores(), [1.0, window.seconds / rounds]
+        ["process", "cores", "CPU s per node-round"],
+        window.cores(),
+        [1.0, window.seconds / node_rounds],
     )
     requests = {path: float(n) for path, n in window.requests.items()}
-    _print_table(["SuperLink request", "per round"], requests, [1.0 / rounds])
+    _print_table(["SuperLink request", "per node-round"], requests, [1.0 / node_rounds])
+    print("| process | resident MB (largest of its kind) |\n|---|---|")
+    for name, mb in sorted(window.resident.items(), key=lambda item: -item[1]):
+        print(f"| {name} | {mb:.0f} |")
     return 0
 
 

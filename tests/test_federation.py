@@ -59,16 +59,21 @@ def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
     assert rows[1]["virtual_time_s"] > rows[0]["virtual_time_s"] > 0
 
 
-@pytest.mark.usefixtures("nginx")
-def test_localhost_federation_with_tls_and_supernode_auth(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("nginx", "mqtt_broker")  # the agents' wake-ups need mosquitto
+def test_localhost_federation_of_agents_with_tls_and_supernode_auth(tmp_path: Path) -> None:
     overrides = parse_overrides(f"{STREAMING_TOPK} results-dir={tmp_path / 'run'}")
-    code, results = run_federation.run(overrides, tls=True, timeout_s=RUN_TIMEOUT_S)
+    code, results = run_federation.run(
+        overrides,
+        tls=True,
+        runtime=run_federation.NodeRuntime(agents=True),
+        timeout_s=RUN_TIMEOUT_S,
+    )
     assert code == 0, (results / "superlink.log").read_text()[-3000:]
     _check_measured_rounds(read_rounds(results), 2)
-    assert sorted(p.name for p in results.glob("supernode-*.log")) == [
-        "supernode-0.log",
-        "supernode-1.log",
-        "supernode-2.log",
+    assert sorted(p.name for p in results.glob("agent-*.log")) == [
+        "agent-0.log",
+        "agent-1.log",
+        "agent-2.log",
     ]
     # Each node's key was registered before it connected, and all three authenticated,
     # through the fleet gate (scripts/fleet_gate.py): the Control API was not in their reach.
@@ -89,8 +94,9 @@ def _wait_for_rounds(path: Path, count: int, runner: threading.Thread) -> None:
 
 def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: Path) -> None:
     results = tmp_path / "run"
-    # A device with its agent; a 10-s heartbeat: the SuperLink drops the dead node after 20 s.
-    runtime = run_federation.NodeRuntime(agents=True, short_polls=True, heartbeat_s=10)
+    # Flower's SuperNodes (a ClientApp process per message; agents are tests/test_agents.py);
+    # a 10-s heartbeat: the SuperLink drops the dead node after 20 s.
+    runtime = run_federation.NodeRuntime(short_polls=True, heartbeat_s=10)
     overrides = run_federation.deployment_overrides(
         parse_overrides(
             "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=5 seed=5 "
@@ -107,7 +113,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
         )
         runner.start()
         _wait_for_rounds(results / "rounds.jsonl", 1, runner)
-        federation.crash_node(2)  # SIGKILL, node and agent: no goodbye to the SuperLink
+        federation.crash_node(2)  # SIGKILL: no goodbye to the SuperLink
         federation.start_node(2)  # the device reboots: a new node, with empty state
         runner.join(RUN_TIMEOUT_S)
     assert codes == [0], (results / "superlink.log").read_text()[-3000:]
