@@ -426,7 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mqtt-password-file", type=Path, help="first line: the password")
     args = parser.parse_args(argv)
     try:
-        check_flower()  # the node loop follows flwr 1.42's SuperNode
+        check_flower(  # the node loop follows flwr 1.42's SuperNode and calls its connection
+            what="edgeflex-agent follows",
+            advice="run Flower's SuperNodes (flower-supernode) on this Flower",
+        )
     except ValueError as exc:
         parser.error(str(exc))
     link = _link(args, parser)

@@ -37,14 +37,16 @@ POLL_RANGE_S = (0.01, 3.0)
 HEARTBEAT_RANGE_S = (10.0, 1800.0)  # the SuperLink refuses others (HEARTBEAT_MIN/MAX_INTERVAL)
 
 
-def check_flower(version: str | None = None) -> None:
-    """ValueError unless this (or ``version``) is the Flower the patches were read against."""
+SHORT_POLLS_ADVICE = "turn short-polls off (Flower's own polls: 3 s idle, 1 s pull back-off)"
+
+
+def check_flower(
+    version: str | None = None, what: str = "short-polls patches", advice: str = SHORT_POLLS_ADVICE
+) -> None:
+    """ValueError unless this (or ``version``) is the Flower ``what`` was read against."""
     version = flwr.__version__ if version is None else version
     if not version.startswith(SUPPORTED_FLWR):
-        raise ValueError(
-            f"short-polls patches flwr {SUPPORTED_FLWR}x only; this is flwr {version}: "
-            "turn short-polls off (Flower's own polls: 3 s idle, 1 s pull back-off)"
-        )
+        raise ValueError(f"{what} flwr {SUPPORTED_FLWR}x only; this is flwr {version}: {advice}")
 
 
 def _require(module: ModuleType, *snippets: str) -> None:

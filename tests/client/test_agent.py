@@ -134,3 +134,17 @@ def test_the_node_polls_once_per_wake_up_and_wakes_the_run_after_each_reply() ->
     assert wake_ups.listened == [node_topic(9)]
     assert wake_ups.woke == [run_topic(message.metadata.run_id)] * 2
     assert connection.polls == 2  # no empty poll between the two messages
+
+
+def test_the_agent_refuses_a_flower_its_node_loop_was_not_read_against(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent follows flwr 1.42's SuperNode loop and calls its connection code: another
+    Flower stops it before it connects, saying which."""
+    import flwr
+
+    monkeypatch.setattr(flwr, "__version__", "1.43.0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--insecure"])
+    assert exit_info.value.code == 2
+    assert "edgeflex-agent follows flwr 1.42.x only; this is flwr 1.43.0" in capsys.readouterr().err
