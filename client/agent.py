@@ -64,6 +64,7 @@ from flwr.supercore.run import Run, RunNotRunningException
 from flwr.supernode import fleet_http_connection
 from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
+from google.protobuf.message import DecodeError
 
 from client.data_process import partition_in_child
 from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
@@ -130,8 +131,7 @@ class DeviceState:
                 serialization.PrivateFormat.PKCS8,
                 serialization.NoEncryption(),
             )
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                f.write(pem)
+            _write_whole(path, pem)
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(private, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{path}: not an elliptic-curve private key")
@@ -143,21 +143,49 @@ class DeviceState:
 
     def note_node_id(self, node_id: int) -> None:
         if self.directory is not None:
-            (self.directory / NODE_ID_FILE).write_text(str(node_id))
+            _write_whole(self.directory / NODE_ID_FILE, str(node_id).encode())
 
     def load(self, run_id: int) -> RecordDict:
+        """The run's state as the last reply left it; empty for a new run, or (logged) when
+        the file is not a state."""
         path = None if self.directory is None else self.directory / f"{run_id}{STATE_SUFFIX}"
         if path is None or not path.exists():
             return RecordDict()
-        return recorddict_from_proto(ProtoRecordDict.FromString(path.read_bytes()))
+        try:
+            state = recorddict_from_proto(ProtoRecordDict.FromString(path.read_bytes()))
+        except (DecodeError, ValueError, TypeError) as exc:
+            log.error("%s is not a state (%s): run %d starts from an empty one", path, exc, run_id)
+            return RecordDict()
+        log.info("run %d: %d records of state from %s", run_id, len(state), path)
+        return state
 
     def save(self, run_id: int, state: RecordDict) -> None:
-        if self.directory is None:
-            return
-        path = self.directory / f"{run_id}{STATE_SUFFIX}"
-        partial = path.with_suffix(".partial")
-        partial.write_bytes(recorddict_to_proto(state).SerializeToString())
-        partial.replace(path)  # a kill mid-write leaves the last whole state
+        if self.directory is not None:
+            path = self.directory / f"{run_id}{STATE_SUFFIX}"
+            _write_whole(path, recorddict_to_proto(state).SerializeToString())
+
+    def forget_runs_but(self, run_id: int) -> None:
+        """A device runs one run at a time: the states of the others go."""
+        if self.directory is not None:
+            for path in self.directory.glob(f"*{STATE_SUFFIX}"):
+                if path.name != f"{run_id}{STATE_SUFFIX}":
+                    path.unlink(missing_ok=True)
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (mode 0600) so that a kill or a power cut at any point
+    leaves either the old file or the new one: a synced temporary file, renamed."""
+    partial = path.with_name(path.name + ".partial")
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    partial.replace(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself
+    finally:
+        os.close(directory)
 
 
 @dataclass
@@ -219,32 +247,45 @@ def connect(link: Link, device: DeviceState) -> Iterator[Connection]:
 
 @dataclass
 class Node:
-    """One device's node: its connection, its contexts (one per run), and what it runs."""
+    """One device's node: its connection, the context of its run, and what it runs."""
 
     connection: Connection
     app: ClientApp
     node_config: UserConfig
     device: DeviceState = field(default_factory=DeviceState)
-    contexts: dict[int, Context] = field(default_factory=dict)
+    context_of_run: Context | None = None  # one run at a time
+    refused_runs: dict[int, str] = field(default_factory=dict)  # run id -> why
 
     def context(self, run_id: int) -> Context:
-        if run_id not in self.contexts:
+        """The run's context: made from the run and its app bundle's config on its first
+        message (a run of another app or version is refused, once), with the state the
+        state directory holds. A new run replaces the last one, in memory and on disk."""
+        if run_id in self.refused_runs:
+            raise RuntimeError(self.refused_runs[run_id])
+        if self.context_of_run is None or self.context_of_run.run_id != run_id:
             run = self.connection.get_run(run_id)
-            check_app(run)
+            try:
+                check_app(run)
+            except RuntimeError as exc:
+                self.refused_runs[run_id] = str(exc)
+                raise
             fab = self.connection.get_fab(run.fab_hash, run_id)
-            self.contexts[run_id] = Context(
+            self.device.forget_runs_but(run_id)
+            self.context_of_run = Context(
                 run_id=run_id,
                 node_id=self.connection.node_id,
                 node_config=self.node_config,
                 state=self.device.load(run_id),
                 run_config=get_fused_config_from_fab(fab.content, run),
+                series_id=run.series_id,
             )
-        return self.contexts[run_id]
+        return self.context_of_run
 
     def pull(self, message: Message, tree: ObjectTree) -> Message:
         """The message's objects, with a short pull back-off: a message is visible before
         all its objects are, and Flower's first back-off (1 s) is longer than a round here."""
         run_id = message.metadata.run_id
+        expires = message.metadata.created_at + message.metadata.ttl  # no use after that
         pulled = pull_and_inflate_object_from_tree(
             tree,
             lambda object_id: self.connection.pull_object(run_id, object_id),
@@ -252,6 +293,7 @@ class Node:
             return_type=Message,
             initial_backoff=PULL_BACKOFF_S,
             backoff_cap=PULL_BACKOFF_CAP_S,
+            max_time=max(1.0, expires - time.time()),
         )
         pulled.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's own sets it
         return pulled
@@ -270,6 +312,13 @@ class Node:
                 ),
                 object_ids_to_push=wanted,
             )
+
+    def _push_error(self, message: Message, code: int, reason: str, began: float) -> None:
+        try:
+            error = Message(Error(code=code, reason=reason[:500]), reply_to=message)
+            self.push(error, time.monotonic() - began)
+        except (Exception, RunNotRunningException) as exc:
+            log.error("could not push the error reply: %s: %s", type(exc).__name__, exc)
 
     @staticmethod
     def make_local_data(context: Context) -> None:
@@ -291,6 +340,13 @@ class Node:
         began, received_at = time.monotonic(), time.time()
         try:
             context = self.context(message.metadata.run_id)
+        except RunNotRunningException:
+            return  # the run ended while the message waited
+        except Exception as exc:  # answered, so the server need not wait for its timeout
+            log.error("refused message %s: %s", message.metadata.message_id, exc)
+            self._push_error(message, ErrorCode.INVALID_FAB, str(exc), began)
+            return
+        try:
             message = self.pull(message, tree)
         except (Exception, RunNotRunningException) as exc:
             log.error("could not take message %s: %s", message.metadata.message_id, exc)
@@ -305,7 +361,10 @@ class Node:
                 Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details[:500]),
                 reply_to=message,
             )
-        self.device.save(context.run_id, context.state)
+        try:
+            self.device.save(context.run_id, context.state)
+        except OSError as exc:  # a full or failing card: the reply still goes
+            log.error("could not keep the state: %s", exc)
         try:
             self.push(reply, time.monotonic() - began)
         except (Exception, RunNotRunningException) as exc:
@@ -329,22 +388,28 @@ def serve(
     Between messages: until a wake-up, or ``idle_poll_s``."""
     if wake_ups is not None:
         wake_ups.listen(node_topic(node.connection.node_id))
-    woken = wake_ups.woken if wake_ups is not None else threading.Event()
+
+    def wait() -> None:  # ends early on a wake-up, or on stop
+        if wake_ups is None:
+            stop.wait(idle_poll_s)
+        elif not stop.is_set():
+            wake_ups.wait(idle_poll_s)
+
     handled = 0
     while not stop.is_set():
-        woken.clear()  # before the poll: a wake-up during it is not lost
+        if wake_ups is not None:
+            wake_ups.woken.clear()  # before the poll: a wake-up during it is not lost
         pulled = node.connection.receive()
         if pulled is None:
-            woken.wait(idle_poll_s)
+            wait()
             continue
         node.handle(*pulled)
         handled += 1
         if wake_ups is not None:
             wake_ups.wake(run_topic(pulled[0].metadata.run_id))
-            if not stop.is_set():
-                # The next message comes with a wake-up (perhaps already while this one
-                # ran): no empty poll in between.
-                woken.wait(idle_poll_s)
+            # The next message comes with a wake-up (perhaps already while this one ran):
+            # no empty poll in between.
+            wait()
     return handled
 
 

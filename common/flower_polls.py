@@ -13,17 +13,19 @@ asks the SuperLink ``1 / idle-poll-s`` times a second instead of once every 3 s.
 
 A SuperNode also tells the SuperLink its heartbeat interval (Flower's: 30 s, not settable), and
 the SuperLink drops a node silent for twice that: a dead device keeps its place for a minute.
-The same constant is how long a SuperNode waits for a task whose process died (a killed agent)
+The same constant is how long a SuperNode waits for a task whose process died
 before it answers for it with an error and takes the next message. ``set_heartbeat`` lets a
 node choose within Flower's own bounds (10-1,800 s).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -70,13 +72,10 @@ class ShortSleeps:
         return getattr(time, name)
 
 
-def _short_pull(module: ModuleType, **bounds: float) -> None:
+def _short_pull(module: ModuleType) -> None:
     _require(module, "pull_objects(")
     module.pull_objects = functools.partial(  # type: ignore[attr-defined]
-        module.pull_objects,
-        initial_backoff=PULL_BACKOFF_S,
-        backoff_cap=PULL_BACKOFF_CAP_S,
-        **bounds,
+        module.pull_objects, initial_backoff=PULL_BACKOFF_S, backoff_cap=PULL_BACKOFF_CAP_S
     )
 
 
@@ -93,18 +92,61 @@ def shorten_supernode(
     module.time = ShortSleeps({IDLE_SLEEP_S: idle_s, REPLY_SLEEP_S: reply_s})  # type: ignore[attr-defined]
 
 
-def shorten_grid_pull(max_time_s: float) -> None:
+@dataclass
+class LateObjects:
+    """Until when the ServerApp's grid waits for a reply's objects: the deadline of the
+    exchange in progress (monotonic seconds; ``TimedGrid`` sets it), else ``fallback_s``."""
+
+    deadline: float | None = None
+    fallback_s: float = 600.0
+
+    def max_time(self) -> float:
+        if self.deadline is None:
+            return self.fallback_s
+        return max(LAST_TRY_S, self.deadline - time.monotonic())
+
+
+LAST_TRY_S = 0.05  # past the deadline: one short try, then an error reply
+LATE_OBJECTS = LateObjects()
+
+
+@contextlib.contextmanager
+def late_objects_until(deadline: float | None) -> Iterator[None]:
+    """While open, the grid waits for a reply's objects until ``deadline`` at most."""
+    LATE_OBJECTS.deadline = deadline
+    try:
+        yield
+    finally:
+        LATE_OBJECTS.deadline = None
+
+
+def shorten_grid_pull(fallback_s: float) -> None:
     """Patch the ServerApp's deployment grid (``flwr.superlink.grid.http_grid``): a reply
-    whose objects are still arriving is pulled again after 10 ms, not 1 s, and for at most
-    ``max_time_s`` (the round timeout), not Flower's 2 hours: a node killed between pushing
-    its reply and its reply's objects leaves a reply the SuperLink serves without them until
-    its push session expires (180 s), and each pull of it would hold the round that long.
-    After ``max_time_s`` Flower's grid turns it into an error reply."""
+    whose objects are still arriving is pulled again after 10 ms, not 1 s, and only until the
+    exchange's deadline (``late_objects_until``; else ``fallback_s``, the round timeout), not
+    for Flower's 2 hours. A node killed between pushing its reply and its reply's objects
+    leaves a reply the SuperLink serves without them until its push session expires (180 s);
+    Flower pulls a round's replies one after another, so each such reply would hold the whole
+    round that long. Past the deadline Flower's grid turns it into an error reply."""
     check_flower()
     from flwr.superlink.grid import http_grid
 
-    if not isinstance(http_grid.pull_objects, functools.partial):  # patch once per process
-        _short_pull(http_grid, max_time=max_time_s)
+    _require(http_grid, "pull_objects(")
+    if getattr(http_grid.pull_objects, "edgeflex_patched", False):  # once per process
+        return
+    LATE_OBJECTS.fallback_s = fallback_s
+    flowers = http_grid.pull_objects
+
+    def pull_objects(*args: Any, **kwargs: Any) -> Any:
+        kwargs.update(
+            initial_backoff=PULL_BACKOFF_S,
+            backoff_cap=PULL_BACKOFF_CAP_S,
+            max_time=LATE_OBJECTS.max_time(),
+        )
+        return flowers(*args, **kwargs)
+
+    pull_objects.edgeflex_patched = True  # type: ignore[attr-defined]
+    http_grid.pull_objects = pull_objects
 
 
 def set_heartbeat(*modules: ModuleType, interval_s: float) -> None:

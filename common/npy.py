@@ -36,9 +36,7 @@ def read_member(member: IO[bytes], size: int, name: str) -> np.ndarray:
     return data.reshape(shape, order="F" if fortran_order else "C")
 
 
-def read_npz(
-    archive: zipfile.ZipFile, names: list[str], max_bytes: int
-) -> dict[str, np.ndarray]:
+def read_npz(archive: zipfile.ZipFile, names: list[str], max_bytes: int) -> dict[str, np.ndarray]:
     """The members ``names`` (each ``NAME.npy``) of ``archive``; ValueError naming a missing,
     oversized or malformed one."""
     arrays = {}

@@ -238,7 +238,7 @@ class Settings:
     )
     wake_broker: str = _spec(
         doc='deployment: "host:port" of an MQTT broker through which the ServerApp and '
-        'edgeflex-device processes wake each other when a message or reply is waiting; "": '
+        'edgeflex-agent processes wake each other when a message or reply is waiting; "": '
         "both poll"
     )
     results_dir: str = _spec(doc='where records go; "" means results/<timestamp>-<strategy>')

@@ -8,14 +8,16 @@ publishes to that node's topic; a node, after it pushed its reply, publishes to 
 topic. The waiting side then polls at once, and otherwise every ``fallback`` seconds, so a lost
 wake-up costs that, not a round.
 
-A wake-up carries nothing (QoS 0, an empty payload): it is a hint to poll, never data, so a
-forged one costs one poll.
+A wake-up carries nothing (QoS 0, an empty payload): it is a hint to poll, never data. A
+waiting side polls at most once per ``MIN_POLL_GAP_S`` however many come, so a flood of
+forged ones costs the SuperLink at most 50 polls a second per listener, not a busy loop.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -27,6 +29,7 @@ log = logging.getLogger("edgeflex.wake")
 
 WAKE_PREFIX = "edgeflex/wake"
 FALLBACK_POLL_S = 1.0  # how often a waiting side polls when no wake-up comes
+MIN_POLL_GAP_S = 0.02  # the shortest time between two polls that wake-ups bring
 
 
 def node_topic(node_id: int) -> str:
@@ -49,6 +52,7 @@ class WakeUps:
         self.broker = broker
         self.woken = threading.Event()
         self._topic: str | None = None
+        self._last_return = 0.0
         self._client = mqtt.Client(
             callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
             client_id=f"edgeflex-wake-{uuid.uuid4().hex[:12]}",
@@ -76,8 +80,12 @@ class WakeUps:
         self._client.publish(topic, b"", qos=0)
 
     def wait(self, timeout_s: float) -> bool:
-        """Until a wake-up or ``timeout_s``; True when woken."""
-        return self.woken.wait(timeout_s)
+        """Until a wake-up or ``timeout_s``; True when woken. Returns no sooner than
+        ``MIN_POLL_GAP_S`` after it last returned."""
+        woken = self.woken.wait(timeout_s)
+        time.sleep(max(0.0, self._last_return + MIN_POLL_GAP_S - time.monotonic()))
+        self._last_return = time.monotonic()
+        return woken
 
     def close(self) -> None:
         self._client.disconnect()

@@ -156,7 +156,7 @@ def main(grid: Grid, context: Context) -> None:
     if settings.packed_messages and not isinstance(grid, InMemoryGrid):
         grid = PackedGrid(grid)  # a simulation's messages never leave its process
     wake_ups = None
-    if settings.wake_broker:  # deployment with edgeflex-agent nodes (common/wake_ups.py)
+    if settings.wake_broker and not isinstance(grid, InMemoryGrid):  # agents: common/wake_ups.py
         from common.wake_ups import WakeUps, run_topic
 
         wake_ups = WakeUps(parse_broker(settings.wake_broker))
@@ -253,23 +253,27 @@ def main(grid: Grid, context: Context) -> None:
             log(INFO, "edgeflex: %s", progress_line(row, settings.num_server_rounds))
         return MetricRecord({"accuracy": result.accuracy, "loss": result.loss})
 
-    wait_for_nodes(grid, settings.num_clients, settings.round_timeout_s)
-    strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=settings.num_server_rounds,
-        timeout=settings.round_timeout_s,
-        train_config=train_config_record(
-            learning_rate=settings.learning_rate,
-            local_steps=settings.local_steps,
-            batch_size=settings.batch_size,
-            seed=settings.seed,
-        ),
-        evaluate_fn=evaluate_global,
-        virtual_time_budget_s=settings.virtual_time_budget_s,
-        first_round=first_round,
-        after_round=save,
-    )
+    try:
+        wait_for_nodes(grid, settings.num_clients, settings.round_timeout_s)
+        strategy.start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=settings.num_server_rounds,
+            timeout=settings.round_timeout_s,
+            train_config=train_config_record(
+                learning_rate=settings.learning_rate,
+                local_steps=settings.local_steps,
+                batch_size=settings.batch_size,
+                seed=settings.seed,
+            ),
+            evaluate_fn=evaluate_global,
+            virtual_time_budget_s=settings.virtual_time_budget_s,
+            first_round=first_round,
+            after_round=save,
+        )
+    finally:
+        if wake_ups is not None:
+            wake_ups.close()
     summary = recorder.finish()
     log(
         INFO,

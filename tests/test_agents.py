@@ -65,6 +65,9 @@ def test_agents_train_on_mqtt_samples_and_a_killed_agent_comes_back_as_the_same_
     assert codes == [0], (results / "superlink.log").read_text()[-3000:]
     first, again = _node_ids(log)
     assert first == again  # the same node: its key, from its state directory
+    # ... with the state its predecessor left (replica, residual, stream clock, partition)
+    (loaded,) = re.findall(r"run \d+: (\d+) records of state from", log.read_text())
+    assert int(loaded) >= 3
     rows = read_rounds(results)
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert rows[0]["num_clients"] == 3 and rows[0]["failed"] == []

@@ -24,6 +24,7 @@ from flwr.proto.node_pb2 import NodeInfo  # type: ignore[attr-defined]
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+from common.flower_polls import late_objects_until
 from common.wake_ups import FALLBACK_POLL_S, node_topic
 
 if TYPE_CHECKING:  # paho-mqtt is imported only when a run has a wake-broker
@@ -121,22 +122,34 @@ class TimedGrid(Grid):
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: list[Message] = []
         wait_s = min(FIRST_POLL_S, self._poll_s)
-        while pending:
-            if self._wake_ups is not None:
-                self._wake_ups.woken.clear()  # before the pull: a wake-up during it is kept
-            pulled = list(self.pull_messages(pending))
-            replies.extend(pulled)
-            pending -= {m.metadata.reply_to_message_id for m in pulled}
-            if not pending or (deadline is not None and time.monotonic() >= deadline):
-                break
-            if self._wake_ups is not None:
-                left = math.inf if deadline is None else deadline - time.monotonic()
-                self._wake_ups.wait(max(0.0, min(FALLBACK_POLL_S, left)))
-                continue
-            time.sleep(wait_s)
-            wait_s = min(2 * wait_s, self._poll_s)
+        with late_objects_until(deadline):
+            while pending:
+                if self._wake_ups is not None:
+                    self._wake_ups.woken.clear()  # before the pull: a wake-up during it is kept
+                pulled_at = time.monotonic()
+                pulled = list(self.pull_messages(pending))
+                replies.extend(pulled)
+                pending -= {m.metadata.reply_to_message_id for m in pulled}
+                if not pending:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    if pulled_at >= deadline:
+                        break
+                    # The deadline passed during the pull (a reply's late objects, waited
+                    # for until then): one more pull keeps the replies that came meanwhile.
+                    continue
+                self._wait(deadline, wait_s)
+                wait_s = min(2 * wait_s, self._poll_s)
         self.exchange_s.append(self._clock() - began)
         return replies
+
+    def _wait(self, deadline: float | None, wait_s: float) -> None:
+        """Until the next pull: a wake-up (or ``FALLBACK_POLL_S``), or ``wait_s``."""
+        if self._wake_ups is None:
+            time.sleep(wait_s)
+            return
+        left = math.inf if deadline is None else deadline - time.monotonic()
+        self._wake_ups.wait(max(0.0, min(FALLBACK_POLL_S, left)))
 
     def trip(self, reply: Message) -> RoundTrip | None:
         """The round trip that ``reply`` answered, if this grid sent it."""

@@ -8,8 +8,10 @@ content of up to ``PACK_LIMIT`` bytes into one ConfigRecord holding the content'
 travel as they are, so Flower's chunking of large arrays still applies.
 
 ``unpack`` takes either form. A packed content is data, never code (protobuf, no pickle), and
-is checked only for being a well-formed RecordDict of at most ``PACK_LIMIT`` bytes: what is in
-it goes on to the same parsing and checks as an unpacked content.
+is checked for being a well-formed RecordDict of at most ``PACK_LIMIT`` bytes, ``MAX_RECORDS``
+records and ``MAX_ENTRIES`` entries (arrays, metrics, config values) before Flower builds its
+objects (a few MiB of tiny records would otherwise cost seconds of the ServerApp's CPU): what
+is in it goes on to the same parsing and checks as an unpacked content.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from wire.keys import PACKED_KEY
 # is one object; a larger one is left to Flower's chunks.
 PACK_LIMIT = 4 * 2**20
 PACKED_VALUE = "recorddict"  # the one entry of the packed ConfigRecord
+# Far above any message of ours (a handful of records, tens of entries).
+MAX_RECORDS, MAX_ENTRIES = 64, 4096
 
 
 def pack(content: RecordDict) -> RecordDict:
@@ -58,8 +62,21 @@ def unpack(content: RecordDict) -> RecordDict:
         raise PayloadError(f"a packed content is at most {PACK_LIMIT} bytes, got {len(blob)}")
     try:
         proto = ProtoRecordDict.FromString(blob)
+    except DecodeError as exc:
+        raise PayloadError(f"a packed content is not a RecordDict: {exc}") from exc
+    records = len(proto.items)
+    entries = 0
+    for item in proto.items:
+        kind = item.WhichOneof("value")  # None: an item of no record type, refused below
+        entries += 0 if kind is None else len(getattr(item, kind).items)
+    if records > MAX_RECORDS or entries > MAX_ENTRIES:
+        raise PayloadError(
+            f"a packed content has at most {MAX_RECORDS} records and {MAX_ENTRIES} entries, "
+            f"got {records} and {entries}"
+        )
+    try:
         unpacked = recorddict_from_proto(proto)
-    except (DecodeError, ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:
         raise PayloadError(f"a packed content is not a RecordDict: {exc}") from exc
     if is_packed(unpacked):
         raise PayloadError("a packed content holds another packed content")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +12,17 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.run import Run
 
-from client.agent import APP_ID, KEY_FILE, DeviceState, check_app, installed_version, main, serve
+from client.agent import (
+    APP_ID,
+    KEY_FILE,
+    STATE_SUFFIX,
+    DeviceState,
+    Node,
+    check_app,
+    installed_version,
+    main,
+    serve,
+)
 from common.wake_ups import node_topic, run_topic
 
 
@@ -114,6 +124,9 @@ class FakeWakeUps:
     def wake(self, topic: str) -> None:
         self.woke.append(topic)
 
+    def wait(self, timeout_s: float) -> bool:
+        return self.woken.wait(timeout_s)
+
 
 @pytest.mark.usefixtures("task_identity")
 def test_the_node_polls_once_per_wake_up_and_wakes_the_run_after_each_reply() -> None:
@@ -148,3 +161,46 @@ def test_the_agent_refuses_a_flower_its_node_loop_was_not_read_against(
         main(["--insecure"])
     assert exit_info.value.code == 2
     assert "edgeflex-agent follows flwr 1.42.x only; this is flwr 1.43.0" in capsys.readouterr().err
+
+
+@dataclass
+class RecordingConnection:
+    """What a node needs of Flower's connection to refuse a run: the run, and a send."""
+
+    node_id: int = 9
+    run: Run = field(default_factory=lambda: _run("someone/else", "1.0"))
+    runs_asked: int = 0
+    sent: list[Message] = field(default_factory=list)
+
+    def get_run(self, run_id: int) -> Run:
+        self.runs_asked += 1
+        return self.run
+
+    def send(self, message: Message, tree: object, took_s: float) -> tuple[set[str], str]:
+        self.sent.append(message)
+        return set(), "session"
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_run_of_another_app_is_answered_with_an_error_and_asked_about_once() -> None:
+    connection = RecordingConnection()
+    node = Node(connection, app=None, node_config={})  # type: ignore[arg-type]
+    for _ in range(2):
+        message = Message(RecordDict(), dst_node_id=9, message_type="train")
+        message.metadata.__dict__["_message_id"] = "m" * 64
+        node.handle(message, tree=None)  # type: ignore[arg-type]
+    assert connection.runs_asked == 1  # the refusal is remembered
+    assert len(connection.sent) == 2  # each message answered: the server need not wait
+    for reply in connection.sent:
+        assert reply.has_error()
+        assert "this agent runs edgeflex/edgeflex, the run's app is 'someone/else'" in (
+            reply.error.reason
+        )
+
+
+def test_a_state_file_that_is_not_a_state_is_set_aside_for_an_empty_one(tmp_path: Path) -> None:
+    (tmp_path / f"3{STATE_SUFFIX}").write_bytes(b"\xff\xff not a protobuf")
+    assert len(DeviceState(tmp_path).load(3)) == 0
+    DeviceState(tmp_path).save(4, RecordDict({"c": ConfigRecord({"x": 1})}))
+    DeviceState(tmp_path).forget_runs_but(4)  # a new run: the old run's state goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"4{STATE_SUFFIX}"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import time
 import types
 
 import pytest
@@ -111,19 +111,35 @@ def test_the_installed_flower_announces_and_beats_by_the_patched_name() -> None:
         assert "HEARTBEAT_DEFAULT_INTERVAL" in flower_polls.inspect.getsource(module)
 
 
-def test_the_grid_pulls_a_late_reply_for_at_most_the_round_timeout(
+def test_the_grid_waits_for_a_replys_late_objects_until_the_exchanges_deadline_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A node killed between its reply and the reply's objects must not hold the round for
-    the SuperLink's 180-s push session: the grid gives up after the round timeout."""
+    the SuperLink's 180-s push session: Flower's own pull (retried every 10 ms) gives up at
+    the deadline TimedGrid set, or after the fallback outside an exchange."""
+    from flwr.supercore.inflatable.inflatable_utils import (
+        ObjectPullError,
+        ObjectUnavailableError,
+    )
     from flwr.superlink.grid import http_grid
 
     monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored after
-    flower_polls.shorten_grid_pull(8.0)
-    patched = http_grid.pull_objects
-    assert isinstance(patched, functools.partial)
-    assert patched.keywords == {
-        "initial_backoff": flower_polls.PULL_BACKOFF_S,
-        "backoff_cap": flower_polls.PULL_BACKOFF_CAP_S,
-        "max_time": 8.0,
-    }
+    monkeypatch.setattr(flower_polls, "LATE_OBJECTS", flower_polls.LateObjects())
+    flower_polls.shorten_grid_pull(fallback_s=0.2)
+    flower_polls.shorten_grid_pull(fallback_s=99.0)  # once per process: the first one holds
+    tries: list[float] = []
+
+    def never_there(object_id: str) -> bytes:
+        tries.append(time.monotonic())
+        raise ObjectUnavailableError(object_id)
+
+    for deadline_in_s, bound_s in ((None, 0.2), (0.5, 0.5), (-1.0, flower_polls.LAST_TRY_S)):
+        tries.clear()
+        began = time.monotonic()
+        deadline = None if deadline_in_s is None else began + deadline_in_s
+        with flower_polls.late_objects_until(deadline), pytest.raises(ObjectPullError):
+            http_grid.pull_objects(["a" * 64], pull_object_fn=never_there)
+        took = time.monotonic() - began
+        assert bound_s <= took < bound_s + 0.5, (deadline_in_s, took)
+        assert len(tries) >= 2 and tries[1] - tries[0] < 0.1  # a short back-off, not 1 s
+    assert flower_polls.LATE_OBJECTS.deadline is None  # reset when the exchange ends

@@ -1,5 +1,6 @@
 """TimedGrid: per-message push and pull times, a short poll, a timeout that keeps what came."""
 
+import time
 from collections.abc import Iterable
 
 import pytest
@@ -91,3 +92,32 @@ def test_waits_start_short_and_double_up_to_the_poll_interval(
     grid = TimedGrid(inner, poll_s=0.1, clock=inner.clock)  # type: ignore[arg-type]
     assert len(list(grid.send_and_receive(_messages(1), timeout=60))) == 1
     assert waits == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1, 0.1])
+
+
+class SlowFirstPullGrid:
+    """Two messages: the first pull takes ``pull_s`` (a reply's late objects being waited
+    for) and returns nothing; the second message's reply is there from then on."""
+
+    def __init__(self, pull_s: float) -> None:
+        self.pull_s, self.pulls = pull_s, 0
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        return [f"m{i}" for i, _ in enumerate(messages)]
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        self.pulls += 1
+        if self.pulls == 1:
+            time.sleep(self.pull_s)
+            return []
+        reply = reply_message(RecordDict(), src_node_id=11)
+        reply.metadata.__dict__["_reply_to_message_id"] = "m1"
+        return [reply] if "m1" in message_ids else []
+
+
+def test_a_pull_that_outlasts_the_deadline_is_followed_by_one_more() -> None:
+    """Replies that came while a pull waited past the deadline are kept, not lost."""
+    inner = SlowFirstPullGrid(pull_s=0.3)
+    grid = TimedGrid(inner, poll_s=1e-3)  # type: ignore[arg-type]
+    replies = list(grid.send_and_receive(_messages(2), timeout=0.1))
+    assert [r.metadata.src_node_id for r in replies] == [11]
+    assert inner.pulls == 2  # and no more: the second pull began past the deadline

@@ -90,3 +90,19 @@ def test_a_packed_content_beside_other_records_or_inside_another_is_refused() ->
     nested = _packed(recorddict_to_proto(packed).SerializeToString())
     with pytest.raises(PayloadError, match="holds another packed content"):
         unpack(nested)
+
+
+def test_a_packed_content_of_too_many_records_or_entries_is_refused_before_it_is_built() -> None:
+    from flwr.common.serde import recorddict_to_proto
+
+    from wire.packing import MAX_ENTRIES, MAX_RECORDS
+
+    many_records = RecordDict({f"r{i}": ConfigRecord() for i in range(MAX_RECORDS + 1)})
+    many_entries = RecordDict({"m": MetricRecord({f"k{i}": i for i in range(MAX_ENTRIES + 1)})})
+    for content, counts in (
+        (many_records, f"got {MAX_RECORDS + 1} and 0"),
+        (many_entries, f"got 1 and {MAX_ENTRIES + 1}"),
+    ):
+        blob = recorddict_to_proto(content).SerializeToString()
+        with pytest.raises(PayloadError, match=counts):
+            unpack(_packed(blob))
