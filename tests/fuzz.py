@@ -44,6 +44,7 @@ from server.records import read_rounds
 from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
+from wire.packing import is_packed, pack, unpack
 
 DROPPED_WAIT_S = 2.0  # through the ServerApp: how long a round waits for a reply not coming
 PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
@@ -271,7 +272,7 @@ class MutatingGrid(InProcessGrid):
         messages = list(messages)
         kind = messages[0].metadata.message_type if messages else ""
         if kind == "train":
-            config = messages[0].content.config_records["config"]
+            config = unpack(messages[0].content).config_records["config"]
             server_round = int(config["server-round"])  # type: ignore[arg-type]
             if server_round != self.round:
                 self.round, self.sharer = server_round, None
@@ -287,11 +288,14 @@ class MutatingGrid(InProcessGrid):
             self.hit = target
             if self.mutate == "drop":
                 continue
-            mutated = self.mutate(reply.content)  # type: ignore[operator]
+            # The ServerApp's messages travel packed (wire/packing.py): a reply is mutated as
+            # its content, then packed again as the node would send it.
+            mutated = self.mutate(unpack(reply.content))  # type: ignore[operator]
             if mutated is None:
                 out.append(Message(error=Error(code=0, reason="boom"), metadata=reply.metadata))
             else:
-                out.append(Message(content=mutated, metadata=reply.metadata))
+                repacked = pack(mutated) if is_packed(reply.content) else mutated
+                out.append(Message(content=repacked, metadata=reply.metadata))
         return out
 
     def _target(self, messages: list[Message]) -> int | None:
@@ -299,7 +303,7 @@ class MutatingGrid(InProcessGrid):
             return messages[0].metadata.dst_node_id
         if self.target == "sharer":  # the node asked to share this round (every message says)
             for m in messages:
-                config = m.content.config_records.get("config")
+                config = unpack(m.content).config_records.get("config")
                 if config is not None and "inject-partitions" in config:
                     self.sharer = 100 + int(config["inject-partitions"][0])  # type: ignore[index]
             return self.sharer

@@ -26,6 +26,7 @@ from server.checkpoint import (
 )
 from server.records import read_rounds, without_wall_clock
 from wire.keys import CONFIG_KEY, SERVER_ROUND
+from wire.packing import unpack
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -49,7 +50,7 @@ class CrashingGrid(InProcessGrid):
 
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
         messages = list(messages)
-        rounds = {m.content.config_records[CONFIG_KEY][SERVER_ROUND] for m in messages}
+        rounds = {unpack(m.content).config_records[CONFIG_KEY][SERVER_ROUND] for m in messages}
         if self.crash_round in rounds:
             raise Crash(f"power cut in round {self.crash_round}")
         return super().send_and_receive(messages, timeout=timeout)
