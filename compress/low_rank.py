@@ -1,0 +1,89 @@
+"""PowerSGD's low-rank maths (Vogels et al., NeurIPS 2019), per weight matrix, in NumPy.
+
+The first piece of issue 38's third collective: the maths both halves will share, not yet a
+collective (nothing in the tables names it). One round, for each weight matrix M_i of client i
+(its update plus its error-feedback residual; ``matrix_shape`` says which parameters are
+matrices, the rest travel dense):
+
+1. every client sends P_i = M_i Q, with Q the same on every client (``initial_q`` in the first
+   round, the aggregated Q of the last round after it: the warm start that makes one step of
+   power iteration per round enough);
+2. the server averages the P_i and orthonormalises the mean (``orthonormalise``): P̂;
+3. every client sends Q_i = M_iᵀ P̂ (``second_factor``); the server averages them: Q;
+4. the round's update of that matrix is P̂ Qᵀ (``approximation``), the mean of the clients'
+   own P̂ Q_iᵀ because the maths is linear: a sum of compressed updates is the compressed sum,
+   which is what makes the scheme Allreduce-compatible;
+5. each client keeps M_i - P̂ Q_iᵀ as its residual (``residual``): what its own approximation
+   did not carry, fed back next round (update = decoded + new residual).
+
+Rank from the compression ratio (the schedules keep choosing c; ``rank_for`` turns it into r):
+a rank-r round sends r (rows + cols) values of a rows x cols matrix instead of rows x cols, so
+r = floor(c rows cols / (rows + cols)), at least 1 and at most min(rows, cols).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+Matrix = NDArray[np.float32]
+
+ORTHONORMAL_EPSILON = 1e-8  # a column that vanished stays zero instead of becoming NaN
+Q_SEED_STREAM = 0x95D  # the stream of the seeded generator the first Q is drawn from
+
+
+def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The (rows, cols) a parameter is compressed as: a matrix as it is, a convolution's
+    (out, in, kh, kw) as (out, in x kh x kw); None for a vector or a scalar (sent dense)."""
+    if len(shape) < 2:
+        return None
+    return shape[0], math.prod(shape[1:])
+
+
+def rank_for(ratio: float, rows: int, cols: int) -> int:
+    """The rank whose two factors are at most ``ratio`` of the matrix (at least 1)."""
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"compression ratio must be in (0, 1], got {ratio}")
+    return max(1, min(rows, cols, math.floor(ratio * rows * cols / (rows + cols))))
+
+
+def initial_q(cols: int, rank: int, seed: int) -> Matrix:
+    """The first round's Q: standard normal, the same on every client for a seed."""
+    rng = np.random.default_rng([seed, Q_SEED_STREAM, cols, rank])
+    return rng.standard_normal((cols, rank)).astype(np.float32)
+
+
+def first_factor(matrix: Matrix, q: Matrix) -> Matrix:
+    """P_i = M_i Q."""
+    return np.asarray(matrix @ q, dtype=np.float32)
+
+
+def orthonormalise(p: Matrix) -> Matrix:
+    """Orthonormal columns spanning ``p``'s (modified Gram-Schmidt in float64, so every
+    machine gets the same P̂ to the last bits that float64 keeps; LAPACK's QR may flip a
+    column's sign from one CPU to another)."""
+    out = np.array(p, dtype=np.float64)
+    for i in range(out.shape[1]):
+        column = out[:, i]
+        column /= np.linalg.norm(column) + ORTHONORMAL_EPSILON
+        if i + 1 < out.shape[1]:
+            rest = out[:, i + 1 :]
+            rest -= np.outer(column, column @ rest)
+    return out.astype(np.float32)
+
+
+def second_factor(matrix: Matrix, p_hat: Matrix) -> Matrix:
+    """Q_i = M_iᵀ P̂."""
+    return np.asarray(matrix.T @ p_hat, dtype=np.float32)
+
+
+def approximation(p_hat: Matrix, q: Matrix) -> Matrix:
+    """P̂ Qᵀ: the aggregated Q gives the round's update, a client's own Q_i its share."""
+    return np.asarray(p_hat @ q.T, dtype=np.float32)
+
+
+def residual(matrix: Matrix, p_hat: Matrix, own_q: Matrix) -> Matrix:
+    """What the client's own approximation did not carry: M_i - P̂ Q_iᵀ."""
+    return np.asarray(matrix - approximation(p_hat, own_q), dtype=np.float32)
