@@ -24,11 +24,15 @@ r = floor(c rows cols / (rows + cols)), at least 1 and at most min(rows, cols).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
+from wire.layout import Layout
+
 Matrix = NDArray[np.float32]
+Indices = NDArray[np.int64]
 
 ORTHONORMAL_EPSILON = 1e-8  # a column that vanished stays zero instead of becoming NaN
 Q_SEED_STREAM = 0x95D  # the stream of the seeded generator the first Q is drawn from
@@ -40,6 +44,43 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int] | None:
     if len(shape) < 2:
         return None
     return shape[0], math.prod(shape[1:])
+
+
+@dataclass(frozen=True)
+class Block:
+    """One weight matrix of the flat model vector: where it starts and its matrix shape."""
+
+    start: int
+    rows: int
+    cols: int
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.cols
+
+    def of(self, vector: NDArray[np.float32]) -> Matrix:
+        """The block's matrix in ``vector`` (a view: writing to it writes the vector)."""
+        return vector[self.start : self.start + self.size].reshape(self.rows, self.cols)
+
+
+def blocks(layout: Layout, always_sent: Indices) -> tuple[list[Block], Indices]:
+    """The matrices of a model's flat vector that travel as factors, and the positions that
+    travel dense: vectors and scalars, and every array ``always_sent`` touches (batch-norm
+    buffers; every vector under ``topk-dense-vectors``)."""
+    whole = np.zeros(layout.size, dtype=bool)
+    whole[always_sent] = True
+    matrices: list[Block] = []
+    dense: list[Indices] = []
+    offset = 0
+    for shape in layout.shapes:
+        n = math.prod(shape)
+        as_matrix = matrix_shape(shape)
+        if as_matrix is None or whole[offset : offset + n].any():
+            dense.append(np.arange(offset, offset + n, dtype=np.int64))
+        else:
+            matrices.append(Block(offset, *as_matrix))
+        offset += n
+    return matrices, np.concatenate(dense) if dense else np.zeros(0, dtype=np.int64)
 
 
 def rank_for(ratio: float, rows: int, cols: int) -> int:

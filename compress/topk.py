@@ -61,9 +61,7 @@ def topk_indices(x: NDArray[np.float32], k: int) -> NDArray[np.int64]:
     return _exact(magnitude, candidates, k)
 
 
-def topk_outside(
-    x: NDArray[np.float32], k: int, excluded: NDArray[np.int64]
-) -> NDArray[np.int64]:
+def topk_outside(x: NDArray[np.float32], k: int, excluded: NDArray[np.int64]) -> NDArray[np.int64]:
     """Ascending indices of the ``k`` entries of largest magnitude outside ``excluded`` (at
     most all of them): where a model's buffers, sent whole every round, must not take slots."""
     if excluded.size == 0:

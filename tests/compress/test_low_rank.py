@@ -88,3 +88,26 @@ def test_the_rank_keeps_to_the_ratio_and_shapes_map_to_matrices() -> None:
     assert matrix_shape((10, 64)) == (10, 64)
     assert matrix_shape((10,)) is None and matrix_shape(()) is None
     np.testing.assert_array_equal(initial_q(5, 2, seed=4), initial_q(5, 2, seed=4))
+
+
+def test_a_models_matrices_travel_as_factors_and_the_rest_dense() -> None:
+    from compress.low_rank import Block, blocks
+    from wire.layout import Layout
+
+    layout = Layout(
+        ("conv.weight", "bn.weight", "bn.running_mean", "fc.weight", "fc.bias"),
+        ((4, 2, 3, 3), (4,), (4,), (10, 36), (10,)),
+    )
+    running_mean = np.arange(76, 80)  # a buffer, always sent whole
+    matrices, dense = blocks(layout, running_mean)
+    assert matrices == [Block(0, 4, 18), Block(80, 10, 36)]
+    np.testing.assert_array_equal(dense, np.r_[72:80, 440:450])
+    assert sum(b.size for b in matrices) + dense.size == layout.size
+    vector = np.arange(layout.size, dtype=np.float32)
+    view = matrices[1].of(vector)
+    assert view.shape == (10, 36) and view[0, 0] == 80
+    view[0, 0] = -1  # a view of the vector
+    assert vector[80] == -1
+    # A matrix that an always-sent position touches travels whole.
+    matrices, dense = blocks(layout, np.array([3]))
+    assert matrices == [Block(80, 10, 36)] and dense[:72].tolist() == list(range(72))
