@@ -551,9 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, request_stop)
     handled = 0
     try:
-        with connect(link, DeviceState(args.state_dir)) as connection:
+        device = DeviceState(args.state_dir)
+        with connect(link, device) as connection:
             log.info("node %d on the SuperLink at %s", connection.node_id, link.superlink)
-            node = Node(connection, make_app(live), node_config, DeviceState(args.state_dir))
+            node = Node(connection, make_app(live), node_config, device)
             handled = serve(node, stop, wake_ups, args.idle_poll_s)
     finally:
         if wake_ups is not None:

@@ -11,43 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flwr.app import Error, Message, RecordDict
+from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
-from flwr.proto.node_pb2 import NodeInfo  # type: ignore[attr-defined]
-from flwr.serverapp import Grid
-from flwr.supercore.run import Run
 
+from common.wrapped_grid import WrappedGrid
 from wire.codec import PayloadError, clip
 from wire.packing import pack, unpack
 
 
-class PackedGrid(Grid):
-    def __init__(self, inner: Grid) -> None:
-        self._inner = inner
-
-    def set_run(self, run: Run) -> None:
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Run:
-        return self._inner.run
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return self._inner.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[NodeInfo]:
-        return self._inner.get_nodes()
-
+class PackedGrid(WrappedGrid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Push a packed copy of each message (the caller's messages are left as they are)."""
         return self._inner.push_messages([self._packed(message) for message in messages])

@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flwr.app import Message, RecordDict
-from flwr.proto.node_pb2 import NodeInfo  # type: ignore[attr-defined]
+from flwr.app import Message
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
 
 from common.flower_polls import late_objects_until
 from common.wake_ups import FALLBACK_POLL_S, node_topic
+from common.wrapped_grid import WrappedGrid
 
 if TYPE_CHECKING:  # paho-mqtt is imported only when a run has a wake-broker
     from common.wake_ups import WakeUps
@@ -44,7 +43,7 @@ class RoundTrip:
     received_at: float | None  # None: no reply (yet)
 
 
-class TimedGrid(Grid):
+class TimedGrid(WrappedGrid):
     def __init__(
         self,
         inner: Grid,
@@ -54,37 +53,12 @@ class TimedGrid(Grid):
     ) -> None:
         if poll_s <= 0:
             raise ValueError(f"poll interval must be > 0 s, got {poll_s}")
-        self._inner = inner
+        super().__init__(inner)
         self._poll_s = poll_s
         self._clock = clock
         self._wake_ups = wake_ups
         self._trips: dict[str, RoundTrip] = {}
         self.exchange_s: list[float] = []  # each send_and_receive: push to return, in order
-
-    # --- delegated ----------------------------------------------------------------------------
-
-    def set_run(self, run: Run) -> None:
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Run:
-        return self._inner.run
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return self._inner.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[NodeInfo]:
-        return self._inner.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
