@@ -1,7 +1,7 @@
 """PowerSGD's low-rank maths (Vogels et al., NeurIPS 2019), per weight matrix, in NumPy.
 
-The first piece of issue 38's third collective: the maths both halves will share, not yet a
-collective (nothing in the tables names it). One round, for each weight matrix M_i of client i
+The maths both halves of the ``powersgd`` collective (strategies/collectives/powersgd.py)
+share. One round, for each weight matrix M_i of client i
 (its update plus its error-feedback residual; ``matrix_shape`` says which parameters are
 matrices, the rest travel dense):
 
@@ -121,10 +121,85 @@ def second_factor(matrix: Matrix, p_hat: Matrix) -> Matrix:
 
 
 def approximation(p_hat: Matrix, q: Matrix) -> Matrix:
-    """P̂ Qᵀ: the aggregated Q gives the round's update, a client's own Q_i its share."""
-    return np.asarray(p_hat @ q.T, dtype=np.float32)
+    """P̂ Qᵀ: the aggregated Q gives the round's update, a client's own Q_i its share.
+
+    Summed one rank at a time in float64 with elementwise operations, not a BLAS product: a
+    product of two float32 is exact in float64 and the sum's order is fixed, so the server's
+    model and every client's replica get the same float32 bits on any CPU."""
+    out = np.zeros((p_hat.shape[0], q.shape[0]), dtype=np.float64)
+    for column in range(p_hat.shape[1]):
+        out += np.multiply.outer(p_hat[:, column].astype(np.float64), q[:, column])
+    return out.astype(np.float32)
 
 
 def residual(matrix: Matrix, p_hat: Matrix, own_q: Matrix) -> Matrix:
     """What the client's own approximation did not carry: M_i - P̂ Q_iᵀ."""
     return np.asarray(matrix - approximation(p_hat, own_q), dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class FactorShape:
+    """One round's factors over a model: its matrices with their ranks, and the positions sent
+    dense. Factors travel flat, block after block, each row-major: P (rows x rank) in the
+    first exchange, followed there by the dense positions' values; Q (cols x rank) in the
+    second."""
+
+    blocks: tuple[Block, ...]
+    ranks: tuple[int, ...]
+    dense: Indices
+    size: int  # the model's length
+
+    @classmethod
+    def of(cls, matrices: list[Block], dense: Indices, size: int, ranks: list[int]) -> FactorShape:
+        for block, rank in zip(matrices, ranks, strict=True):
+            if not 1 <= rank <= min(block.rows, block.cols):
+                raise ValueError(
+                    f"rank {rank} of a {block.rows}x{block.cols} matrix is not in "
+                    f"1..{min(block.rows, block.cols)}"
+                )
+        return cls(tuple(matrices), tuple(ranks), dense, size)
+
+    @property
+    def p_count(self) -> int:
+        return sum(b.rows * r for b, r in zip(self.blocks, self.ranks, strict=True))
+
+    @property
+    def q_count(self) -> int:
+        return sum(b.cols * r for b, r in zip(self.blocks, self.ranks, strict=True))
+
+    def split_p(self, flat: NDArray[np.float32]) -> list[Matrix]:
+        return self._split(flat, [b.rows for b in self.blocks])
+
+    def split_q(self, flat: NDArray[np.float32]) -> list[Matrix]:
+        return self._split(flat, [b.cols for b in self.blocks])
+
+    def _split(self, flat: NDArray[np.float32], lengths: list[int]) -> list[Matrix]:
+        out, offset = [], 0
+        for length, rank in zip(lengths, self.ranks, strict=True):
+            out.append(flat[offset : offset + length * rank].reshape(length, rank))
+            offset += length * rank
+        return out
+
+    def to_table(self) -> NDArray[np.int64]:
+        """(start, rows, cols, rank) per block: what a client keeps between the exchanges."""
+        return np.array(
+            [(b.start, b.rows, b.cols, r) for b, r in zip(self.blocks, self.ranks, strict=True)],
+            dtype=np.int64,
+        ).reshape(-1, 4)
+
+    @classmethod
+    def from_table(cls, table: NDArray[np.int64], size: int) -> FactorShape:
+        matrices = [Block(int(start), int(rows), int(cols)) for start, rows, cols, _ in table]
+        covered = np.zeros(size, dtype=bool)
+        for block in matrices:
+            covered[block.start : block.start + block.size] = True
+        return cls.of(
+            matrices, np.flatnonzero(~covered), size, [int(rank) for *_, rank in table]
+        )
+
+
+def flat(matrices: list[Matrix]) -> NDArray[np.float32]:
+    """Matrices laid end to end, each row-major."""
+    if not matrices:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate([m.astype(np.float32).ravel() for m in matrices])

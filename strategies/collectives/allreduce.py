@@ -44,6 +44,7 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
     finished,
+    phase_replies,
     screened,
 )
 from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
@@ -68,7 +69,6 @@ from wire.messages import (
     PhaseReply,
     PhaseRequest,
     TrainReply,
-    compress_s_of,
     index_set_of,
     required_sparse,
 )
@@ -518,47 +518,14 @@ class Allreduce:
         leader_indices: Indices,
     ) -> list[Participant]:
         """Participants whose values at I were accepted, by partition id; logs the phase."""
-        by_node = {p.node_id: p for p in participants}
-        accepted: list[Participant] = []
-        answered: set[int] = set()
-        works: list[ClientWork] = []
-        for msg in replies.messages:
-            node = msg.metadata.src_node_id
-            p = by_node.get(node)
-            try:
-                if p is None:
-                    raise ValueError("not a participant of this round")
-                if node in answered:
-                    raise ValueError("a second values reply from this node")
-                if msg.has_error():
-                    raise ValueError(f"client error: {msg.error.reason}")
-                values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
-                if p is leader:  # its claim was about its own Top-k, without the buffers
-                    self._check_claim(leader, values[np.isin(index_set, leader_indices)])
-                compress_s = compress_s_of(msg.content, plan.max_compress_s) or 0.0
-                measured = plan.measure(msg)
-            except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
-                plan.log.refuse(node, VALUES_ACTION, exc)
-                continue
-            answered.add(node)
-            p.contribution = values
-            p.compress_s += compress_s
-            accepted.append(p)
-            works.append(
-                ClientWork(
-                    p.partition_id, bytes_down, 0, content_nbytes(msg.content), measured=measured
-                )
-            )
-        plan.log.phases.append(
-            Phase(VALUES_ACTION, works, replies.wall_s, sum(w.bytes_down for w in works))
-        )
-        plan.log.failed.extend(
-            f"node {p.node_id} (partition {p.partition_id}) (values): no usable reply"
-            for p in participants
-            if p.node_id not in answered
-        )
-        accepted.sort(key=lambda p: p.partition_id)
-        return accepted
+
+        def read(p: Participant, msg: Message) -> Vector:
+            values = plan.compressor.decode(PhaseReply.sparse_of(msg.content), index_set.size)
+            if p is leader:  # its claim was about its own Top-k, without the buffers
+                self._check_claim(leader, values[np.isin(index_set, leader_indices)])
+            return values
+
+        return phase_replies(plan, participants, VALUES_ACTION, bytes_down, replies, read)
 
     def _judge_index_set(
         self,

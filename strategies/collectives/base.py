@@ -24,7 +24,8 @@ from numpy.typing import NDArray
 from compress.base import Compressor
 from wire.codec import Sparse
 from wire.layout import Layout
-from wire.messages import PhaseRequest, TrainInstruction, TrainReply
+from wire.messages import PhaseRequest, TrainInstruction, TrainReply, compress_s_of
+from wire.nbytes import content_nbytes
 from wire.tally import ClientWork, MeasuredTimes
 
 Vector = NDArray[np.float32]
@@ -283,6 +284,59 @@ class Collective(Protocol):
         ...
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...
+
+
+ReadReply = Callable[[Participant, Message], Vector]  # a phase reply's contribution, checked
+
+
+def phase_replies(
+    plan: RoundPlan,
+    participants: list[Participant],
+    phase: str,
+    bytes_down: int,
+    replies: Replies,
+    read: ReadReply,
+) -> list[Participant]:
+    """The participants whose reply to a further phase ``read`` accepted, by partition id,
+    each with that reply as its contribution; logs the phase, the refused and the failed.
+    ``bytes_down``: of the request each participant was sent."""
+    by_node = {p.node_id: p for p in participants}
+    accepted: list[Participant] = []
+    answered: set[int] = set()
+    works: list[ClientWork] = []
+    for msg in replies.messages:
+        node = msg.metadata.src_node_id
+        p = by_node.get(node)
+        try:
+            if p is None:
+                raise ValueError("not a participant of this round")
+            if node in answered:
+                raise ValueError(f"a second {phase} reply from this node")
+            if msg.has_error():
+                raise ValueError(f"client error: {msg.error.reason}")
+            contribution = read(p, msg)
+            compress_s = compress_s_of(msg.content, plan.max_compress_s) or 0.0
+            measured = plan.measure(msg)
+        except Exception as exc:  # whatever a reply holds, it costs that reply, not the run
+            plan.log.refuse(node, phase, exc)
+            continue
+        answered.add(node)
+        p.contribution = contribution
+        p.compress_s += compress_s
+        accepted.append(p)
+        works.append(
+            ClientWork(
+                p.partition_id, bytes_down, 0, content_nbytes(msg.content), measured=measured
+            )
+        )
+    plan.log.phases.append(Phase(phase, works, replies.wall_s, sum(w.bytes_down for w in works)))
+    plan.log.failed.extend(
+        f"node {p.node_id} (partition {p.partition_id}) ({phase}): no usable reply"
+        for p in participants
+        if p.node_id not in answered
+    )
+    accepted.sort(key=lambda p: p.partition_id)
+    return accepted
 
 
 def finished(aggregate: Aggregate) -> Program:
