@@ -85,6 +85,7 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
             rng=_compressor_rng(settings, local.partition_id, instruction.round.server_round, 0),
             always_sent=whole,
             error_feedback_clip=settings.error_feedback_clip,
+            content=msg.content,
         )
     )
     reply = TrainReply(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, RecordDict
 
 from compress.base import Vector, load_vector, store_vector
+from compress.low_rank import Factored
 from wire.keys import FULL, MODEL_VERSION
 from wire.messages import ReplicaPayload
 
@@ -37,8 +38,11 @@ def bring_up_to_date(state: RecordDict, payload: ReplicaPayload) -> Vector:
                 "send the full model"
             )
         model = held
-        if payload.delta is not None:
-            model[payload.delta.indices] += payload.delta.values
+        delta = payload.delta
+        if payload.compact is not None:
+            delta = Factored.from_record(payload.compact, model.size).to_sparse()
+        if delta is not None:
+            model[delta.indices] += delta.values
         if payload.patch is not None:
             model[payload.patch.indices] = payload.patch.values
     store_vector(state, REPLICA_KEY, model)

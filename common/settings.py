@@ -143,7 +143,8 @@ class Settings:
     strategy: str = _spec(table=True, doc="aggregation strategy")
     collective: str = _spec(
         table=True,
-        doc="topk: allgather, allreduce, or auto (cheaper by prediction, per round)",
+        doc="topk: allgather, allreduce, powersgd (low rank), or auto (cheaper by prediction, "
+        "per round)",
     )
     leader: str = _spec(table=True, doc="topk allreduce: who picks the shared indices")
     index_policy: str = _spec(
@@ -156,6 +157,11 @@ class Settings:
         maximum=1.0,
         doc="allreduce residual-hints: residual indices each client reports, as a share of k "
         "(0: none, the server's estimate alone)",
+    )
+    powersgd_rank: int = _spec(
+        minimum=0,
+        doc="powersgd: the rank of every matrix's factors (at most its smaller side; 0: from "
+        "compression-ratio, r = floor(c x rows x cols / (rows + cols)), at least 1)",
     )
     compressor: str = _spec(
         table=True, doc="compressed collectives: how the selected values travel"
@@ -385,10 +391,12 @@ class Settings:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         coordinatewise = self.robust in ("trimmed-mean", "median")
-        if coordinatewise and self.strategy == "topk" and self.collective != "allreduce":
+        aligned = ("allreduce", "powersgd")  # every client's values at the same coordinates
+        if coordinatewise and self.strategy == "topk" and self.collective not in aligned:
             raise ConfigError(
                 f"robust = {self.robust!r} combines updates coordinate by coordinate, which needs "
                 "them at the same coordinates: strategy = 'dense' or collective = 'allreduce' "
+                "or 'powersgd' "
                 f"(got collective = {self.collective!r}, whose index sets differ per client)"
             )
         if self.dataset == "synthetic" and self.partitioner != "iid":
@@ -430,6 +438,11 @@ class Settings:
         if self.min_clients > self.num_clients:
             raise ConfigError(
                 f"min-clients ({self.min_clients}) exceeds num-clients ({self.num_clients})"
+            )
+        if self.compressor != "topk" and self.collective == "powersgd":
+            raise ConfigError(
+                f"compressor = {self.compressor!r} encodes Top-k values; collective = 'powersgd' "
+                "sends its factors as float32 (compressor = 'topk')"
             )
         if self.compressor != "topk" and self.topology != "star":
             raise ConfigError(

@@ -27,14 +27,19 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
+from wire.codec import PayloadError, Sparse, decode_values, raw_array, read_raw
+from wire.keys import FACTORED_TABLE, VALUES
 from wire.layout import Layout
 
 Matrix = NDArray[np.float32]
 Indices = NDArray[np.int64]
 
-ORTHONORMAL_EPSILON = 1e-8  # a column that vanished stays zero instead of becoming NaN
+# A column of P with less than this share of the largest column's norm left once the ones before
+# it are taken out is dependent on them (float32's rounding of P = M Q is near 1e-7 of it).
+DEPENDENT_COLUMN = 1e-5
 Q_SEED_STREAM = 0x95D  # the stream of the seeded generator the first Q is drawn from
 
 
@@ -102,16 +107,24 @@ def first_factor(matrix: Matrix, q: Matrix) -> Matrix:
 
 
 def orthonormalise(p: Matrix) -> Matrix:
-    """Orthonormal columns spanning ``p``'s (modified Gram-Schmidt in float64, so every
-    machine gets the same P̂ to the last bits that float64 keeps; LAPACK's QR may flip a
-    column's sign from one CPU to another)."""
+    """Orthonormal columns spanning ``p``'s, in float64 so that every machine gets the same P̂
+    to the last bits float64 keeps (LAPACK's QR may flip a column's sign from one CPU to
+    another): Gram-Schmidt, each column taken twice against the ones before it ("twice is
+    enough"). A column that is (up to float32's rounding of P) a combination of the ones before
+    it becomes zero instead of a unit vector of rounding noise: an update's factors are often
+    rank-deficient (a classifier's output rows sum to zero), and a noise column would not be
+    orthogonal to the rest. P̂ P̂ᵀ stays a projection onto the span of ``p``."""
     out = np.array(p, dtype=np.float64)
+    floor = DEPENDENT_COLUMN * float(np.linalg.norm(out, axis=0).max(initial=0.0))
     for i in range(out.shape[1]):
         column = out[:, i]
-        column /= np.linalg.norm(column) + ORTHONORMAL_EPSILON
-        if i + 1 < out.shape[1]:
-            rest = out[:, i + 1 :]
-            rest -= np.outer(column, column @ rest)
+        for _ in range(2):
+            column -= out[:, :i] @ (out[:, :i].T @ column)
+        norm = float(np.linalg.norm(column))
+        if norm <= floor or norm == 0.0:
+            column[:] = 0.0
+        else:
+            column /= norm
     return out.astype(np.float32)
 
 
@@ -193,9 +206,7 @@ class FactorShape:
         covered = np.zeros(size, dtype=bool)
         for block in matrices:
             covered[block.start : block.start + block.size] = True
-        return cls.of(
-            matrices, np.flatnonzero(~covered), size, [int(rank) for *_, rank in table]
-        )
+        return cls.of(matrices, np.flatnonzero(~covered), size, [int(rank) for *_, rank in table])
 
 
 def flat(matrices: list[Matrix]) -> NDArray[np.float32]:
@@ -203,3 +214,66 @@ def flat(matrices: list[Matrix]) -> NDArray[np.float32]:
     if not matrices:
         return np.zeros(0, dtype=np.float32)
     return np.concatenate([m.astype(np.float32).ravel() for m in matrices])
+
+
+FACTORED_P = "factored-p"
+FACTORED_Q = "factored-q"
+
+
+@dataclass(frozen=True)
+class Factored:
+    """A model update as factors: P̂ Qᵀ per matrix, values at the dense positions. PowerSGD's
+    aggregate, and how it reaches the replicas (r (rows + cols) values a matrix instead of the
+    rows x cols of the same update as a Sparse). ``to_sparse`` is the update, computed the same
+    way on every machine (``approximation``)."""
+
+    shape: FactorShape
+    p: tuple[Matrix, ...]
+    q: tuple[Matrix, ...]
+    dense_values: NDArray[np.float32]
+
+    def to_sparse(self) -> Sparse:
+        values = np.zeros(self.shape.size, dtype=np.float32)
+        for block, p, q in zip(self.shape.blocks, self.p, self.q, strict=True):
+            block.of(values)[:] = approximation(p, q)
+        values[self.shape.dense] = self.dense_values
+        return Sparse(np.arange(self.shape.size, dtype=np.int64), values, self.shape.size)
+
+    def to_record(self) -> ArrayRecord:
+        return ArrayRecord(
+            {
+                FACTORED_TABLE: raw_array(self.shape.to_table().astype("<i8").ravel()),
+                FACTORED_P: raw_array(flat(list(self.p)).astype("<f4")),
+                FACTORED_Q: raw_array(flat(list(self.q)).astype("<f4")),
+                VALUES: raw_array(self.dense_values.astype("<f4")),
+            }
+        )
+
+    @staticmethod
+    def is_record(record: ArrayRecord) -> bool:
+        return FACTORED_TABLE in record
+
+    @classmethod
+    def from_record(cls, record: ArrayRecord, size: int) -> Factored:
+        """Checked: blocks inside the model, in order, not overlapping, valid ranks, every
+        count exact, every value finite. PayloadError or ValueError names what is wrong."""
+        unknown = set(record) - {FACTORED_TABLE, FACTORED_P, FACTORED_Q, VALUES}
+        if unknown:
+            raise PayloadError(f"arrays nobody reads in factors: {', '.join(sorted(unknown))}")
+        table = read_raw(record, FACTORED_TABLE, "int64").astype(np.int64)
+        if table.size % 4:
+            raise PayloadError(f"{FACTORED_TABLE} has {table.size} entries, not rows of 4")
+        table = table.reshape(-1, 4)
+        end = 0
+        for start, rows, cols, _ in table:
+            if start < end or rows < 1 or cols < 1 or start + rows * cols > size:
+                raise PayloadError(
+                    f"{FACTORED_TABLE}: a {rows}x{cols} block at {start} does not fit a model "
+                    f"of {size} after position {end}"
+                )
+            end = int(start + rows * cols)
+        shape = FactorShape.from_table(table, size)
+        p = decode_values(ArrayRecord({VALUES: record[FACTORED_P]}), shape.p_count)
+        q = decode_values(ArrayRecord({VALUES: record[FACTORED_Q]}), shape.q_count)
+        dense = decode_values(record, shape.dense.size)
+        return cls(shape, tuple(shape.split_p(p)), tuple(shape.split_q(q)), dense)

@@ -38,6 +38,7 @@ from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
 from strategies.collectives.base import Indices, sent_whole
 from strategies.collectives.dense import Dense
+from strategies.collectives.powersgd import PowerSgd
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
@@ -120,6 +121,7 @@ def build_strategy(
             "dense": Dense(),
             "allgather": Allgather(always),
             "allreduce": allreduce,
+            "powersgd": PowerSgd(layout, always, settings.seed, settings.powersgd_rank),
         },
         compressor=compressor,
         policies=Policies(

@@ -345,6 +345,7 @@ class EdgeStrategy(FedAvg):
         index_set = collective.round_index_set()
         hint_count = collective.round_hint_count()
         payloads = self.replicas.payloads(nodes, model)
+        records = collective.round_records(ratio)
         by_payload = {
             id(p): TrainInstruction(
                 round_config,
@@ -353,6 +354,7 @@ class EdgeStrategy(FedAvg):
                 index_set=index_set,
                 size=self.layout.size,
                 hint_count=hint_count,
+                records=records,
             ).to_content()
             for p in payloads.values()
         }
@@ -533,6 +535,7 @@ class EdgeStrategy(FedAvg):
                 sent_to=state.bytes_down,
                 applied=applied if isinstance(applied, Sparse) else None,
                 held=[p.node_id for p in aggregate.participants],
+                compact=aggregate.compact,
             )
         return model
 

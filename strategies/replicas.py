@@ -14,8 +14,10 @@ from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
+from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
+from strategies.collectives.base import CompactUpdate
 from wire.codec import Sparse, index_nbytes
 from wire.keys import CURRENT, DELTA, FULL, PATCH
 from wire.messages import ReplicaPayload, Vector
@@ -30,6 +32,7 @@ class Replicas:
     def __init__(self) -> None:
         self.version = 0  # aggregated rounds applied to the global model
         self.last_delta: Sparse | None = None  # what took version − 1 to version
+        self.last_compact: ArrayRecord | None = None  # the same, smaller (when there is one)
         self._holds: dict[int, int] = {}  # node id → version of its replica (when known)
         # Per coordinate, the version whose update last touched it (patches read it).
         self._changed_in: NDArray[np.int64] | None = None
@@ -48,7 +51,9 @@ class Replicas:
         """One payload per node; nodes of the same kind (and patch base) share one object."""
         shared = {
             FULL: ReplicaPayload(FULL, self.version, full=model),
-            DELTA: ReplicaPayload(DELTA, self.version, delta=self.last_delta),
+            DELTA: ReplicaPayload(
+                DELTA, self.version, delta=self.last_delta, compact=self.last_compact
+            ),
             CURRENT: ReplicaPayload(CURRENT, self.version),
         }
         patches: dict[int, ReplicaPayload] = {}
@@ -84,17 +89,36 @@ class Replicas:
         """No node's replica is known any more (the clients' state was lost)."""
         self._holds.clear()
 
-    def advance(self, sent_to: Iterable[int], applied: Sparse | None, held: Iterable[int]) -> None:
-        """After a round: ``applied`` (if any) is the new version's delta; the nodes in
-        ``held`` trained on the version they were sent; every other node is unknown."""
+    def advance(
+        self,
+        sent_to: Iterable[int],
+        applied: Sparse | None,
+        held: Iterable[int],
+        compact: CompactUpdate | None = None,
+    ) -> None:
+        """After a round: ``applied`` (if any) is the new version's delta, which travels as
+        ``compact`` when that decodes to it bit for bit (a server optimizer's step or a
+        statistics policy may have changed it); the nodes in ``held`` trained on the version
+        they were sent; every other node is unknown."""
         sent_version = self.version
         for node in sent_to:
             self._holds.pop(node, None)
         if applied is not None:
             self.last_delta = applied
+            self.last_compact = None
+            if compact is not None and _same(compact.to_sparse(), applied):
+                self.last_compact = compact.to_record()
             self.version += 1
             if self._changed_in is None:
                 self._changed_in = np.zeros(applied.size, dtype=np.int64)
             self._changed_in[applied.indices] = self.version
         for node in held:
             self._holds[node] = sent_version
+
+
+def _same(a: Sparse, b: Sparse) -> bool:
+    return (
+        a.size == b.size
+        and np.array_equal(a.indices, b.indices)
+        and np.array_equal(a.values.view(np.uint32), b.values.view(np.uint32))
+    )

@@ -64,6 +64,7 @@ NEW_SETTINGS = {
     "server-uplink-mbps": 0.0,
     "short-polls": False,
     "packed-messages": True,
+    "powersgd-rank": 0,
     "wake-broker": "",
     "sparsity-warmup-rounds": 0,
     "synthetic-alpha": 1.0,

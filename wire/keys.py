@@ -11,6 +11,8 @@ CONFIG_KEY = "config"  # a ConfigRecord of instructions
 METRICS_KEY = "metrics"  # a MetricRecord with every reply
 MODEL_KEY = "model"  # compressed collectives: the full model as one raw vector
 DELTA_KEY = "delta"  # compressed collectives: the last aggregated sparse update
+# a delta that travels as low-rank factors (compress/low_rank.py Factored) has this array
+FACTORED_TABLE = "factored-table"
 PATCH_KEY = "patch"  # compressed collectives: the model's values where it changed since a base
 INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
 SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)

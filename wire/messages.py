@@ -44,6 +44,7 @@ from wire.keys import (
     CONFIG_KEY,
     DELTA,
     DELTA_KEY,
+    FACTORED_TABLE,
     FULL,
     GAIN_GRID,
     HINT_COUNT,
@@ -201,6 +202,9 @@ class ReplicaPayload:
     delta: Sparse | None = None
     patch: Sparse | None = None
     base: int | None = None  # patch: the version it applies to
+    # the delta in a smaller encoding that decodes to it exactly (PowerSGD's factors): sent
+    # instead of ``delta``, and what a client reads instead of it (client/replica.py)
+    compact: ArrayRecord | None = None
 
     @property
     def base_version(self) -> int:
@@ -219,9 +223,9 @@ class ReplicaPayload:
             assert self.full is not None
             content[MODEL_KEY] = values_record(self.full)
         elif self.kind == DELTA:
-            assert self.delta is not None
+            assert self.delta is not None or self.compact is not None
             config[BASE_VERSION] = self.version - 1
-            content[DELTA_KEY] = self.delta.to_record()
+            content[DELTA_KEY] = self.compact or self.delta.to_record()  # type: ignore[union-attr]
         elif self.kind == PATCH:
             assert self.patch is not None
             config[BASE_VERSION] = self.base_version
@@ -244,9 +248,10 @@ class ReplicaPayload:
                 raise ValueError(f"{BASE_VERSION} must be {MODEL_VERSION} - 1")
             if DELTA_KEY not in content.array_records:
                 raise PayloadError(f"ArrayRecord {DELTA_KEY!r} is missing")
-            return cls(
-                DELTA, version, delta=Sparse.from_record(content.array_records[DELTA_KEY], size)
-            )
+            record = content.array_records[DELTA_KEY]
+            if FACTORED_TABLE in record:
+                return cls(DELTA, version, compact=record)
+            return cls(DELTA, version, delta=Sparse.from_record(record, size))
         if kind == PATCH:
             base = _integer(config, BASE_VERSION)
             if not 0 <= base < version:
@@ -270,6 +275,8 @@ class TrainInstruction:
     index_set: Indices | None = None  # Allreduce with a one-phase index policy
     size: int = 0  # the model's length (for the index set's encoding)
     hint_count: int = 0  # with an index set: the residual indices to report (residual-hints)
+    # the collective's own records (``round_records``: PowerSGD's warm-start Q)
+    records: Mapping[str, ArrayRecord] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def parse(cls, content: RecordDict, size: int) -> TrainInstruction:
@@ -302,6 +309,8 @@ class TrainInstruction:
             content[INDEX_SET_KEY] = indices_record(self.index_set, self.size)
         if self.hint_count:
             config[HINT_COUNT] = self.hint_count
+        for key, record in self.records.items():
+            content[key] = record
         return content
 
 

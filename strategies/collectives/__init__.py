@@ -9,6 +9,7 @@ from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce
 from strategies.collectives.base import ClientHalf
 from strategies.collectives.dense import Dense
+from strategies.collectives.powersgd import PowerSgd
 
 # name -> the collective's class: its client half is class-level, the server half an instance
-COLLECTIVES: dict[str, ClientHalf] = {c.name: c for c in (Dense, Allgather, Allreduce)}
+COLLECTIVES: dict[str, ClientHalf] = {c.name: c for c in (Dense, Allgather, Allreduce, PowerSgd)}

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
+from flwr.app import ArrayRecord
 
 from compress.base import ErrorFeedback, send_at
 from compress.topk import sent_count, topk_with
@@ -67,6 +68,9 @@ class Allgather:
 
     def round_index_set(self) -> Indices | None:
         return None
+
+    def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
+        return {}
 
     def round_hint_count(self) -> int:
         return 0

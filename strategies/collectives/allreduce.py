@@ -362,6 +362,9 @@ class Allreduce:
     def round_index_set(self) -> Indices | None:
         return self._index_set
 
+    def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
+        return {}
+
     def round_hint_count(self) -> int:
         if self._index_set is None:
             return 0

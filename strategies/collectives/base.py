@@ -50,6 +50,7 @@ class ClientRound:
     # are moving averages, not gradients: held back by error feedback they overshoot)
     always_sent: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     error_feedback_clip: float = 0.0  # ||e|| at most this x ||update|| (0: no bound)
+    content: RecordDict = field(default_factory=RecordDict)  # the instruction as it came
 
 
 def sent_whole(layout: Layout, buffers: Indices, dense_vectors: bool) -> Indices:
@@ -207,11 +208,22 @@ class RoundPlan:
     max_compress_s: float = math.inf  # a phase reply's compress-s bound (strategies/bounds.py)
 
 
+class CompactUpdate(Protocol):
+    """An update in an encoding of its own that decodes to one Sparse, the same on every CPU."""
+
+    def to_sparse(self) -> Sparse: ...
+
+    def to_record(self) -> ArrayRecord: ...
+
+
 @dataclass(frozen=True)
 class Aggregate:
     participants: list[Participant]  # whose contributions were aggregated, by partition id
     update: Update | None  # None: nothing to apply
     shared_index_factor: float | None = None  # Allreduce with a leader: ||e[I]||² / ||TopK(e)||²
+    # ``update`` in a smaller encoding for the replicas (PowerSGD's factors); sent instead of
+    # it when the step applied is exactly the update (strategies/replicas.py)
+    compact: CompactUpdate | None = None
 
 
 Program = Generator[Exchange, Replies, Aggregate]
@@ -281,6 +293,10 @@ class Collective(Protocol):
 
     def round_hint_count(self) -> int:
         """How many residual indices each client reports with this round's reply (0: none)."""
+        ...
+
+    def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
+        """Records of the collective's own that travel with this round's instructions."""
         ...
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
+from flwr.app import ArrayRecord
 
 from strategies.collectives.base import (
     ActionHandler,
@@ -55,6 +56,9 @@ class Dense:
 
     def round_index_set(self) -> Indices | None:
         return None
+
+    def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
+        return {}
 
     def round_hint_count(self) -> int:
         return 0

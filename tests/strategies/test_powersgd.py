@@ -1,0 +1,139 @@
+"""PowerSGD, both halves: the client's two exchanges keep error feedback exact, and with the
+ServerApp's strategy and the ClientApp over the serialized wire (in process) it is dense at
+full rank and trains at low rank."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flwr.app import RecordDict
+
+from compress import low_rank
+from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
+from strategies.collectives.base import ClientAction, ClientRound
+from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, PowerSgd
+from tests.helpers import assert_replicas_hold_the_model_before_last
+from tests.strategies.test_topk_federation import _run, _settings
+from wire.codec import decode_values, values_record
+from wire.layout import Layout
+from wire.messages import PhaseRequest
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+LAYOUT = Layout(("fc1.weight", "fc1.bias", "fc2.weight"), ((6, 4), (6,), (3, 6)))
+
+
+def test_update_is_what_was_sent_plus_the_new_residual() -> None:
+    """Error feedback over the two exchanges: update + old residual = the client's own decoded
+    share (P̂ Q_iᵀ per matrix, the dense values) + the new residual, whatever P̂ the server
+    sends."""
+    rng = np.random.default_rng(3)
+    update = rng.standard_normal(LAYOUT.size).astype(np.float32)
+    old = rng.standard_normal(LAYOUT.size).astype(np.float32)
+    state = RecordDict()
+    ErrorFeedback(old).to_state(state)
+    server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=2)
+    instruction = RecordDict(server.round_records(0.5))
+    job = ClientRound(
+        state,
+        update,
+        SimpleNamespace(compression=SimpleNamespace(ratio=0.5)),  # type: ignore[arg-type]
+        LAYOUT,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        content=instruction,
+    )
+    sent = PowerSgd.client_train(job).sparse
+    shape = server.shape(0.5)
+    assert shape.ranks == (2, 2)
+    first = decode_values(sent, shape.p_count + shape.dense.size)  # type: ignore[arg-type]
+    p_hat = [low_rank.orthonormalise(p) for p in shape.split_p(first[: shape.p_count])]
+    request = PhaseRequest(1, 0.5).to_content()
+    request[P_HAT_KEY] = values_record(low_rank.flat(p_hat))
+    action = ClientAction(state, PhaseRequest(1, 0.5), request, None, None)  # type: ignore[arg-type]
+    own_q = shape.split_q(decode_values(PowerSgd.client_actions[Q_ACTION](action), shape.q_count))
+    decoded = np.zeros(LAYOUT.size, dtype=np.float32)
+    for block, p, q in zip(shape.blocks, p_hat, own_q, strict=True):
+        block.of(decoded)[:] = low_rank.approximation(p, q)
+    compensated = update + old
+    decoded[shape.dense] = first[shape.p_count :]
+    np.testing.assert_array_equal(first[shape.p_count :], compensated[shape.dense])
+    residual = load_vector(state, RESIDUAL_KEY)
+    assert residual is not None
+    np.testing.assert_allclose(decoded + residual, compensated, atol=1e-5)
+    assert np.all(residual[shape.dense] == 0)  # sent whole
+    assert np.linalg.norm(residual) > 0.1  # rank 2 of 4: something was held back
+
+
+def test_a_q_request_without_its_training_is_refused() -> None:
+    action = ClientAction(RecordDict(), PhaseRequest(1, 0.5), RecordDict(), None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="without a compensated update"):
+        PowerSgd.client_actions[Q_ACTION](action)
+
+
+def test_at_full_rank_one_round_is_the_dense_round() -> None:
+    dense, _, _ = _run(_settings(strategy="dense"), rounds=1)
+    full, strategy, _ = _run(
+        _settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=1
+    )
+    stats = strategy.stats[1]
+    assert stats.num_clients == 3 and not stats.refused
+    assert [phase["name"] for phase in stats.phases] == ["train", Q_ACTION]
+    np.testing.assert_allclose(full, dense, atol=2e-5)
+
+
+def test_at_low_rank_it_trains_and_every_replica_holds_the_model() -> None:
+    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    final, strategy, grid = _run(settings, rounds=4)
+    losses = [strategy.stats[r].train_loss for r in (1, 4)]
+    assert losses[1] < losses[0]
+    assert not any(strategy.stats[r].refused for r in range(1, 5))
+    assert_replicas_hold_the_model_before_last(strategy, grid, final)
+    # the warm start: Q of the last round, at rank 2, travels with the next instruction
+    assert all(q is not None and q.shape[1] == 2 for q in strategy.collectives["powersgd"].last_q)
+
+
+def test_the_replicas_get_the_factors_not_the_full_update() -> None:
+    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    _, strategy, _ = _run(settings, rounds=3)
+    assert strategy.replicas.last_compact is not None
+    third = strategy.stats[3]
+    assert third.model_payloads == {"delta": 3}
+    model_bytes = 4 * strategy.layout.size
+    train = third.phases[0]
+    assert train["name"] == "train" and train["bytes_down"] < 3 * model_bytes / 10
+
+
+def test_factors_from_a_hostile_sender_are_refused_with_a_reason() -> None:
+    from flwr.app import ArrayRecord
+
+    from compress.low_rank import FACTORED_P, Factored
+    from wire.codec import raw_array
+    from wire.keys import FACTORED_TABLE
+
+    server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=1)
+    shape = server.shape(1.0)
+    p = [np.ones((b.rows, 1), dtype=np.float32) for b in shape.blocks]
+    q = [np.ones((b.cols, 1), dtype=np.float32) for b in shape.blocks]
+    good = Factored(shape, tuple(p), tuple(q), np.zeros(shape.dense.size, dtype=np.float32))
+    decoded = Factored.from_record(good.to_record(), LAYOUT.size).to_sparse()
+    np.testing.assert_array_equal(decoded.values, good.to_sparse().values)
+
+    def with_array(name: str, values: np.ndarray) -> ArrayRecord:
+        record = good.to_record()
+        record[name] = raw_array(values)
+        return record
+
+    cases = {
+        "does not fit": with_array(FACTORED_TABLE, np.array([0, 6, 4, 1, 20, 3, 6, 1])),
+        "not rows of 4": with_array(FACTORED_TABLE, np.array([0, 6, 4])),
+        "rank 5": with_array(FACTORED_TABLE, np.array([0, 6, 4, 5, 30, 3, 6, 1])),
+        "expected 9": with_array(FACTORED_P, np.ones(4, dtype=np.float32)),
+        "NaN": with_array(FACTORED_P, np.full(9, np.nan, dtype=np.float32)),
+        "nobody reads": with_array("extra", np.ones(1, dtype=np.float32)),
+    }
+    for reason, record in cases.items():
+        with pytest.raises(ValueError, match=reason):
+            Factored.from_record(record, LAYOUT.size)
