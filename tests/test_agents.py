@@ -23,9 +23,12 @@ pytestmark = pytest.mark.usefixtures("mqtt_broker")  # skips (or fails on CI) wi
 
 CONFIG = (
     "configs/scadles.toml adaptive-delta=0 num-clients=3 num-server-rounds=8 seed=5 "
-    "min-clients=2 round-timeout-s=8"
+    "min-clients=2 round-timeout-s=20"
 )
-RUNTIME = run_federation.NodeRuntime(agents=True, short_polls=True, heartbeat_s=10, mqtt=True)
+# A first message costs an agent seconds of imports (7 s seen on 2 cores): a 20-s timeout. A
+# 60-s heartbeat: the SuperLink keeps the killed node until the restarted agent takes it back
+# itself, so the rounds between stay waiting for it instead of racing ahead without it.
+RUNTIME = run_federation.NodeRuntime(agents=True, short_polls=True, heartbeat_s=60, mqtt=True)
 NODE_LINE = re.compile(r"node (\d+) on the SuperLink")
 
 
@@ -57,8 +60,8 @@ def test_agents_train_on_mqtt_samples_and_a_killed_agent_comes_back_as_the_same_
         runner.start()
         _wait_for_rounds(results / "rounds.jsonl", 1, runner)
         federation.crash_node(2)  # SIGKILL, whatever it was doing
-        # A round is a fraction of a second: the one under way at the kill may still have had
-        # node 2's reply; the one after it began with node 2 dead and must go on without it.
+        # A round is a fraction of a second: the one under way at the kill may have had node
+        # 2's reply already; the one after it began with node 2 dead.
         crashed_after = len(read_rounds(results))
         _wait_for_rounds(results / "rounds.jsonl", crashed_after + 2, runner)
         federation.start_node(2)  # the device comes back, its memory empty
@@ -74,9 +77,9 @@ def test_agents_train_on_mqtt_samples_and_a_killed_agent_comes_back_as_the_same_
     rows = read_rounds(results)
     assert [r["round"] for r in rows] == list(range(1, 9))
     assert rows[0]["num_clients"] == 3 and rows[0]["failed"] == []
-    without = rows[crashed_after + 1]  # the first round begun after the kill
-    assert without["num_clients"] == 2, [r["failed"] for r in rows]
-    (failure,) = without["failed"]  # type: ignore[misc]
+    lost = [i for i, r in enumerate(rows) if r["num_clients"] == 2]
+    assert lost and lost[0] in (crashed_after, crashed_after + 1), [r["failed"] for r in rows]
+    (failure,) = rows[lost[0]]["failed"]  # type: ignore[misc]
     assert "(partition 2)" in failure
     # Trains again within two rounds of its return (the first may have begun without it).
     within_two = rows[restarted_after : restarted_after + 2]
