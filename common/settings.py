@@ -146,6 +146,10 @@ class Settings:
         doc="topk: allgather, allreduce, powersgd (low rank), or auto (cheaper by prediction, "
         "per round)",
     )
+    auto_collectives: str = _spec(
+        doc="collective = auto: the collectives it chooses from, comma-separated, in the order "
+        "its first rounds try each once"
+    )
     leader: str = _spec(table=True, doc="topk allreduce: who picks the shared indices")
     index_policy: str = _spec(
         table=True,

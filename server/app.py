@@ -24,7 +24,9 @@ from server.build import (
     AUTO,
     COLLECTIVE_OF_STRATEGY,
     ROBUST,
+    auto_candidates,
     bounds,
+    predicted_collectives,
     ratio_policy,
     relay,
     server_optimizer,
@@ -34,11 +36,8 @@ from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from server.evaluation import BatchNormDiagnosis, evaluate
 from server.packed_grid import PackedGrid
 from server.records import RunRecorder, default_results_dir, progress_line
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
+from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Indices, sent_whole
-from strategies.collectives.dense import Dense
-from strategies.collectives.powersgd import PowerSgd
 from strategies.edge import EdgeStrategy, Policies
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
@@ -103,30 +102,30 @@ def build_strategy(
     compressor = COMPRESSORS[settings.compressor]
     buffers = np.zeros(0, dtype=np.int64) if buffers is None else buffers
     always = sent_whole(layout, buffers, settings.topk_dense_vectors)
-    allreduce = Allreduce(settings.leader, settings.index_policy, settings.index_hints, always)
-    policy = allreduce.index_policy
+    collectives = {
+        name: half.from_settings(settings, layout, always) for name, half in COLLECTIVES.items()
+    }
     times = RoundTimes(
         settings.num_clients,
         layout.size,
         settings.topology,
+        {name: collectives[name] for name in predicted_collectives(settings)},
         compressor.values_nbytes,
-        always.size,
-        policy.hint_share if policy.one_phase else None,
     )
     collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
+    chooser = (
+        AutoCollective(times, auto_candidates(settings))
+        if collective == AUTO
+        else FixedCollective(collective)
+    )
     return EdgeStrategy(
         num_clients=settings.num_clients,
         layout=layout,
-        collectives={
-            "dense": Dense(),
-            "allgather": Allgather(always),
-            "allreduce": allreduce,
-            "powersgd": PowerSgd(layout, always, settings.seed, settings.powersgd_rank),
-        },
+        collectives=collectives,
         compressor=compressor,
         policies=Policies(
             ratio=ratio_policy(settings),
-            collective=AutoCollective(times) if collective == AUTO else FixedCollective(collective),
+            collective=chooser,
             weights=WEIGHTS[settings.aggregation_weights],
             learning_rates=LearningRates(settings.lr_scaling, settings.lr_scale_max),
             defence=ROBUST[settings.robust](settings, buffers),

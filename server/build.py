@@ -13,7 +13,7 @@ from flwr.app import ConfigRecord
 
 from common.data import data_spec, server_test_split
 from common.rates import STREAM_OFF, rate_span
-from common.settings import Settings
+from common.settings import ConfigError, Settings
 from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence, Indices
@@ -44,7 +44,35 @@ COLLECTIVE_OF_STRATEGY: dict[str, Callable[[Settings], str]] = {
 }
 
 
+def auto_candidates(settings: Settings) -> tuple[str, ...]:
+    """``auto-collectives``, checked: compressed collectives, each named once."""
+    names = tuple(name.strip() for name in settings.auto_collectives.split(","))
+    allowed = [name for name, half in COLLECTIVES.items() if half.compressed]
+    wrong = [name for name in names if name not in allowed]
+    if wrong or len(set(names)) != len(names):
+        raise ConfigError(
+            f"auto-collectives = {settings.auto_collectives!r}: name each of "
+            f"{', '.join(allowed)} at most once, comma-separated"
+        )
+    return names
+
+
+def predicted_collectives(settings: Settings) -> tuple[str, ...]:
+    """The collectives whose round times are predicted (auto's, or the one the run uses), in
+    the collectives table's order."""
+    collective = COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
+    chosen = set(auto_candidates(settings)) if collective == AUTO else {collective}
+    return tuple(name for name in COLLECTIVES if name in chosen)
+
+
 def _nsga2(settings: Settings) -> RatioPolicy:
+    modelled = [name for name in predicted_collectives(settings) if COLLECTIVES[name].gain]
+    if not modelled:
+        raise ConfigError(
+            "cr-schedule = 'nsga2' weighs a collective's gain, which it models for "
+            f"{', '.join(n for n, c in COLLECTIVES.items() if c.gain)}; "
+            f"collective = {settings.collective!r} has no gain model"
+        )
     return Nsga2Ratio(
         initial_ratio=settings.compression_ratio,
         cr_min=settings.cr_min,
@@ -57,9 +85,7 @@ def _nsga2(settings: Settings) -> RatioPolicy:
         weight_time=settings.cr_weight_time,
         progress_exponent=settings.cr_progress_exponent,
         ratio_ramp=settings.cr_ratio_ramp,
-        collectives=("allgather", "allreduce")
-        if settings.collective == AUTO
-        else (settings.collective,),
+        collectives=tuple(modelled),
     )
 
 

@@ -377,7 +377,7 @@ class EdgeStrategy(FedAvg):
         aggregate_s = time.perf_counter() - started
         self._note_batches(aggregate.participants, state)
         model = self._apply(state, aggregate)
-        self._observe(state, trained, aggregate)
+        self.policies.ratio.observe(trained, aggregate)
         self.stats[server_round] = self._record(state, aggregate, aggregate_s)
         if not aggregate.participants:
             return None, None  # keep the old model
@@ -539,20 +539,9 @@ class EdgeStrategy(FedAvg):
             )
         return model
 
-    def _observe(self, state: RoundState, trained: list[Participant], aggregate: Aggregate) -> None:
-        self.policies.ratio.observe(trained, aggregate)
-        update = aggregate.update
-        if (
-            state.collective.name == "allgather"
-            and isinstance(update, Sparse)
-            and aggregate.participants
-            and state.ratio < 1.0  # a dense round says nothing about overlap
-        ):
-            self.times.observe_union(update.indices.size, len(aggregate.participants), state.plan.k)
-
     def _record(self, state: RoundState, aggregate: Aggregate, aggregate_s: float) -> RoundStats:
         log_ = state.plan.log
-        charge = self.ledger.charge(log_, state.collective.name, state.ratio)
+        charge = self.ledger.charge(log_, state.collective, state.ratio)
         self.times.observe(log_.phases, charge.star)
         chooser = self.policies.collective
         return self.ledger.record(
@@ -568,8 +557,7 @@ class EdgeStrategy(FedAvg):
             injection=None if self.relay is None else self.relay.stats,
             model_payloads=state.model_payloads,
             sampling=state.sampling,
-            predicted_allgather_s=chooser.predicted[0],
-            predicted_allreduce_s=chooser.predicted[1],
+            predicted=chooser.predicted,
             estimated_links=(
                 self.times.estimated_links() if isinstance(chooser, AutoCollective) else None
             ),

@@ -15,8 +15,8 @@ from typing import Any
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from strategies.collectives.base import Participant, RoundLog, weighted_loss
-from strategies.collectives.cost import Link, peer_exchange_s
+from strategies.collectives.base import Collective, Participant, RoundLog, weighted_loss
+from strategies.collectives.cost import Link
 from timing.clock import PhaseTiming, VirtualClock
 from timing.measured import measured_times
 from timing.timed_grid import TimedGrid
@@ -41,8 +41,7 @@ class RoundStats:
     compress_s: float = 0.0  # measured (wall clock): slowest client's compression time
     aggregate_s: float = 0.0  # measured (wall clock): server aggregation time
     comm_time_s: float = 0.0  # virtual: the round's time spent transferring (compute excluded)
-    predicted_allgather_s: float | None = None  # collective = "auto": its predictions
-    predicted_allreduce_s: float | None = None
+    predicted: dict[str, float] | None = None  # collective = "auto": seconds, by collective
     estimated_links: dict[str, list[float]] | None = None
     ratio_solve: dict[str, Any] | None = None  # cr-schedule = nsga2: the solve of this round
     learning_rate: float | None = None  # what clients were told this round
@@ -151,7 +150,7 @@ class Ledger:
             node = self._grid.destination(reply) or node
         return node
 
-    def charge(self, log: RoundLog, collective: str, ratio: float) -> Charge:
+    def charge(self, log: RoundLog, collective: Collective, ratio: float) -> Charge:
         """Charge the round's phases to the clock (Flower's star exchanges, or the ring/tree
         peer collective the topology names)."""
         star = [self.clock.phase(p.name, p.works, p.wall_s) for p in log.phases]
@@ -204,15 +203,14 @@ class Ledger:
         )
 
     def _charged(
-        self, star: list[PhaseTiming], train: Sequence[Any], collective: str, ratio: float
+        self, star: list[PhaseTiming], train: Sequence[Any], collective: Collective, ratio: float
     ) -> list[PhaseTiming]:
         """What the clock charges: Flower's star exchanges, or the ring/tree peer collective."""
         if self.topology == "star" or not train:
             return star
         latency, bandwidth = self.clock.slowest_link([w.client for w in train])
-        seconds = peer_exchange_s(
+        seconds = collective.peer_exchange_s(
             self.topology,
-            collective,
             len(train),
             4 * self.size,
             ratio,

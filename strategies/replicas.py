@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
 from strategies.collectives.base import CompactUpdate
@@ -32,7 +31,7 @@ class Replicas:
     def __init__(self) -> None:
         self.version = 0  # aggregated rounds applied to the global model
         self.last_delta: Sparse | None = None  # what took version − 1 to version
-        self.last_compact: ArrayRecord | None = None  # the same, smaller (when there is one)
+        self.last_compact: CompactUpdate | None = None  # the same, smaller (when there is one)
         self._holds: dict[int, int] = {}  # node id → version of its replica (when known)
         # Per coordinate, the version whose update last touched it (patches read it).
         self._changed_in: NDArray[np.int64] | None = None
@@ -52,7 +51,10 @@ class Replicas:
         shared = {
             FULL: ReplicaPayload(FULL, self.version, full=model),
             DELTA: ReplicaPayload(
-                DELTA, self.version, delta=self.last_delta, compact=self.last_compact
+                DELTA,
+                self.version,
+                delta=self.last_delta,
+                compact=None if self.last_compact is None else self.last_compact.to_record(),
             ),
             CURRENT: ReplicaPayload(CURRENT, self.version),
         }
@@ -107,7 +109,7 @@ class Replicas:
             self.last_delta = applied
             self.last_compact = None
             if compact is not None and _same(compact.to_sparse(), applied):
-                self.last_compact = compact.to_record()
+                self.last_compact = compact
             self.version += 1
             if self._changed_in is None:
                 self._changed_in = np.zeros(applied.size, dtype=np.int64)

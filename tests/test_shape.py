@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,54 @@ def test_no_package_imports_another_in_a_circle() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _reaches(graph, "b", "a") and not _reaches(graph, "a", "d")
+
+
+# Each collective's name is spelled in its own module (and where users spell it: settings, the
+# configs, the docs); everywhere else reads it from the collective.
+COLLECTIVE_MODULES = {
+    "allgather": "strategies/collectives/allgather.py",
+    "allreduce": "strategies/collectives/allreduce.py",
+    "powersgd": "strategies/collectives/powersgd.py",
+}
+PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client")
+NAME_WORD = re.compile(r"\b(" + "|".join(COLLECTIVE_MODULES) + r")\b")
+
+
+def _named_outside_their_modules(paths: list[Path], root: Path = PROJECT_ROOT) -> list[str]:
+    """String literals (not docstrings) that spell a collective's name outside its module."""
+    found = []
+    for path in paths:
+        where = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in docstrings:
+                continue
+            names = {m.group(1) for m in NAME_WORD.finditer(node.value)}
+            if any(COLLECTIVE_MODULES[name] != where for name in names):
+                found.append(f"{where}:{node.lineno}: {node.value[:60]!r}")
+    return found
+
+
+def test_collective_names_are_spelled_only_in_their_own_modules() -> None:
+    paths = [
+        path
+        for package in PRODUCT
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py"))
+        if path != PROJECT_ROOT / "common" / "settings.py"
+    ]
+    assert _named_outside_their_modules(paths) == []
+
+
+def test_the_name_check_finds_a_name(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text('"""Docs may say allgather."""\nCHOICE = "allreduce"\n')
+    assert _named_outside_their_modules([stray], root=tmp_path) == ["stray.py:2: 'allreduce'"]

@@ -8,37 +8,55 @@ sets with their summed values is the round's update. One phase.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord
 
+from common.settings import Settings
 from compress.base import ErrorFeedback, send_at
 from compress.topk import sent_count, topk_with
 from strategies.collectives.base import (
+    OWN_TOPK_GAIN,
     ActionHandler,
     Aggregate,
     ClientPayload,
     ClientRound,
     Indices,
+    Outlook,
     Participant,
     Program,
     RoundPlan,
     finished,
     screened,
 )
-from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
+from strategies.collectives.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    Link,
+    LinkLike,
+    PeerCost,
+    allgather_topk,
+    peer_cost,
+    transfer_s,
+)
 from strategies.collectives.maths import scatter_add
 from wire.codec import PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import SPARSE_KEY, TRAIN
+from wire.layout import Layout
 from wire.messages import TrainReply, required_sparse
 
 
 class Allgather:
     name: ClassVar[str] = "allgather"
     compressed: ClassVar[bool] = True
+    gain: ClassVar[str | None] = OWN_TOPK_GAIN
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> Allgather:
+        return cls(always_sent)
 
     @staticmethod
     def client_train(job: ClientRound) -> ClientPayload:
@@ -52,8 +70,12 @@ class Allgather:
         encoded = send_at(job.state, compensated, indices, job.compressor, job.rng)
         return ClientPayload(sparse=sparse_record(indices, size, encoded.arrays))
 
+    PEER: ClassVar[dict[str, PeerCost]] = {"ring": allgather_topk, "tree": allgather_topk}
+
     def __init__(self, always_sent: Indices | None = None) -> None:
         self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
+        # the last compressed round's union of index sets / (N·k): what the next delta carries
+        self.union_fraction = 1.0
 
     def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
         return frozenset({SPARSE_KEY})
@@ -86,7 +108,21 @@ class Allgather:
             plan.weights(participants),
             plan.size,
         )
+        if plan.ratio < 1.0:  # a dense round says nothing about overlap
+            self.union_fraction = union.size / (len(participants) * plan.k)
         return finished(Aggregate(participants, Sparse(union, values, plan.size)))
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        k = sent_count(topk_count(outlook.size, outlook.ratio), outlook.size, self.always_sent.size)
+        union = min(outlook.size, math.ceil(self.union_fraction * len(outlook.links) * k))
+        return self.predict_star_s(
+            outlook.links, outlook.compute_s, k, union, outlook.size, outlook.values_nbytes(k)
+        )
+
+    def peer_exchange_s(
+        self, topology: str, n: int, model_bytes: float, ratio: float, link: Link
+    ) -> float:
+        return peer_cost(self.PEER, topology, self.name)(n, model_bytes, ratio, link)
 
     @staticmethod
     def predict_star_s(

@@ -27,9 +27,11 @@ from flwr.app import ArrayRecord, Message
 from flwr.common.constant import SUPERLINK_NODE_ID
 from numpy.typing import NDArray
 
+from common.settings import Settings
 from compress.base import ErrorFeedback, load_vector, send_at, store_vector
-from compress.topk import topk_energy, topk_indices, topk_outside
+from compress.topk import sent_count, topk_energy, topk_indices, topk_outside
 from strategies.collectives.base import (
+    SHARED_INDEX_GAIN,
     ActionHandler,
     Aggregate,
     ClientAction,
@@ -37,6 +39,7 @@ from strategies.collectives.base import (
     ClientRound,
     Exchange,
     Indices,
+    Outlook,
     Participant,
     Phase,
     Program,
@@ -47,7 +50,16 @@ from strategies.collectives.base import (
     phase_replies,
     screened,
 )
-from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, transfer_s
+from strategies.collectives.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    Link,
+    LinkLike,
+    PeerCost,
+    artopk_ring,
+    artopk_tree,
+    peer_cost,
+    transfer_s,
+)
 from wire.codec import (
     PayloadError,
     Sparse,
@@ -65,6 +77,7 @@ from wire.keys import (
     TRAIN_VALUES,
     VALUES_ACTION,
 )
+from wire.layout import Layout
 from wire.messages import (
     PhaseReply,
     PhaseRequest,
@@ -336,14 +349,20 @@ def others_share(
 class Allreduce:
     name: ClassVar[str] = "allreduce"
     compressed: ClassVar[bool] = True
+    gain: ClassVar[str | None] = SHARED_INDEX_GAIN
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {
         INDICES_ACTION: _indices,
         VALUES_ACTION: _values,
     }
+    PEER: ClassVar[dict[str, PeerCost]] = {"ring": artopk_ring, "tree": artopk_tree}
 
     @staticmethod
     def client_train(job: ClientRound) -> ClientPayload:
         return _train(job)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> Allreduce:
+        return cls(settings.leader, settings.index_policy, settings.index_hints, always_sent)
 
     def __init__(
         self,
@@ -566,6 +585,23 @@ class Allreduce:
                 f"topk-norm2 claimed {claimed:g}, but its values at its own indices have "
                 f"{sent:g}; it leads no more"
             )
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        k = sent_count(topk_count(outlook.size, outlook.ratio), outlook.size, self.always_sent.size)
+        policy = self.index_policy
+        return self.predict_star_s(
+            outlook.links,
+            outlook.compute_s,
+            k,
+            outlook.size,
+            outlook.values_nbytes(k),
+            policy.hint_share if policy.one_phase else None,
+        )
+
+    def peer_exchange_s(
+        self, topology: str, n: int, model_bytes: float, ratio: float, link: Link
+    ) -> float:
+        return peer_cost(self.PEER, topology, self.name)(n, model_bytes, ratio, link)
 
     @staticmethod
     def predict_star_s(

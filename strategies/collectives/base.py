@@ -21,7 +21,9 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.logger import log
 from numpy.typing import NDArray
 
+from common.settings import Settings
 from compress.base import Compressor
+from strategies.collectives.cost import Link, LinkLike, slowest_link
 from wire.codec import Sparse
 from wire.layout import Layout
 from wire.messages import PhaseRequest, TrainInstruction, TrainReply, compress_s_of
@@ -251,6 +253,23 @@ def screened(
     return [p for p, reason in zip(participants, reasons, strict=True) if reason is None]
 
 
+@dataclass(frozen=True)
+class Outlook:
+    """What a prediction of a round's time reads (strategies/policies/round_times.py)."""
+
+    links: Sequence[LinkLike]  # every client's estimated link
+    compute_s: Sequence[float]  # every client's last compute time
+    ratio: float
+    size: int  # d, the model's length
+    values_nbytes: Callable[[int], int]  # the compressor's bytes for k values
+
+
+# What the NSGA-II schedule takes a collective's gain (statistical efficiency) at c to be:
+OWN_TOPK_GAIN = "own-topk"  # the clients' own Top-k gain curve, as they report it
+SHARED_INDEX_GAIN = "shared-index"  # that curve scaled by the measured shared-index factor
+# (a collective whose ``gain`` is None has no gain model, and the schedule does not offer it)
+
+
 class ClientHalf(Protocol):
     """A collective's client half, read from its class (a ClientApp builds no server half)."""
 
@@ -259,6 +278,14 @@ class ClientHalf(Protocol):
 
     @property
     def compressed(self) -> bool: ...
+
+    @property
+    def gain(self) -> str | None: ...
+
+    def from_settings(self, settings: Settings, layout: Layout, always_sent: Indices) -> Collective:
+        """The server half as the run's settings make it; ``always_sent``: the entries a
+        compressed round sends whole (``sent_whole``)."""
+        ...
 
     @property
     def client_actions(self) -> Mapping[str, ActionHandler]:
@@ -275,6 +302,7 @@ class Collective(Protocol):
 
     name: ClassVar[str]
     compressed: ClassVar[bool]  # replicas and compression configs (else the dense model goes)
+    gain: ClassVar[str | None]  # OWN_TOPK_GAIN, SHARED_INDEX_GAIN, or None (no gain model)
     client_actions: ClassVar[Mapping[str, ActionHandler]]  # further types: "train.<action>"
 
     @staticmethod
@@ -300,6 +328,16 @@ class Collective(Protocol):
         ...
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        """Predicted seconds of a round of this collective's exchanges through Flower's star."""
+        ...
+
+    def peer_exchange_s(
+        self, topology: str, n: int, model_bytes: float, ratio: float, link: Link
+    ) -> float:
+        """Seconds of this collective's exchange on a ring or tree (cost.py's models)."""
+        ...
 
 
 ReadReply = Callable[[Participant, Message], Vector]  # a phase reply's contribution, checked
@@ -353,6 +391,17 @@ def phase_replies(
     )
     accepted.sort(key=lambda p: p.partition_id)
     return accepted
+
+
+def round_s(collective: Collective, topology: str, outlook: Outlook) -> float:
+    """A collective's predicted round time: its star exchanges as Flower carries them, or on a
+    ring or tree the slowest client's compute and then its peer exchange."""
+    if topology == "star":
+        return collective.star_round_s(outlook)
+    exchange = collective.peer_exchange_s(
+        topology, len(outlook.links), 4 * outlook.size, outlook.ratio, slowest_link(outlook.links)
+    )
+    return max(outlook.compute_s) + exchange
 
 
 def finished(aggregate: Aggregate) -> Program:

@@ -2,17 +2,16 @@
 
 Symbols as in ``../shared/reference/methods.md`` part A: N workers, a message of M bytes,
 α latency (s), β = 1 / bandwidth (s per byte), log = log2, c the compression ratio. Each
-function returns seconds. ``Collective`` names them, and ``cost`` looks one up, so callers
-pick a model by name instead of by if/elif.
+function returns seconds. Each collective module keeps its own table of these by topology
+(``peer_cost`` looks one up).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
 @dataclass(frozen=True)
@@ -115,28 +114,6 @@ def tree_over_allgather_bound(n: int, model_bytes: float, ratio: float) -> float
     return ((n - 1) / math.log2(n) - 1.5) * model_bytes * ratio
 
 
-class Collective(Enum):
-    STAR = "star"
-    RING_ALLREDUCE = "ring-allreduce"
-    TREE_ALLREDUCE = "tree-allreduce"
-    BROADCAST = "broadcast"
-    ALLGATHER = "allgather"
-
-
-DENSE_COSTS: dict[Collective, Callable[[int, float, Link], float]] = {
-    Collective.STAR: star,
-    Collective.RING_ALLREDUCE: ring_allreduce,
-    Collective.TREE_ALLREDUCE: tree_allreduce,
-    Collective.BROADCAST: broadcast,
-    Collective.ALLGATHER: allgather,
-}
-
-
-def cost(kind: Collective, n: int, nbytes: float, link: Link) -> float:
-    """Seconds for collective ``kind`` of an ``nbytes`` message among ``n`` workers."""
-    return DENSE_COSTS[kind](n, nbytes, link)
-
-
 # --- this project's star-topology Top-k modes (what Flower carries physically) --------------
 
 MESSAGE_OVERHEAD_BYTES = 200  # protobuf framing, config and metrics of one message (~150-250)
@@ -156,24 +133,25 @@ class LinkLike(Protocol):
 # --- ring and tree topologies: the exchange as the paper's peer collectives would run it ------
 
 TOPOLOGIES = ("star", "ring", "tree")
-_PEER_EXCHANGES: dict[tuple[str, str], Callable[[int, float, float, Link], float]] = {
-    ("ring", "dense"): lambda n, m, c, link: ring_allreduce(n, m, link),
-    ("tree", "dense"): lambda n, m, c, link: tree_allreduce(n, m, link),
-    ("ring", "allgather"): allgather_topk,
-    ("tree", "allgather"): allgather_topk,
-    ("ring", "allreduce"): artopk_ring,
-    ("tree", "allreduce"): artopk_tree,
-}
+PeerCost = Callable[[int, float, float, Link], float]  # (N, model bytes, c, link) -> seconds
+DenseCost = Callable[[int, float, Link], float]  # (N, message bytes, link) -> seconds
+Cost = TypeVar("Cost", PeerCost, DenseCost)
 
 
-def peer_exchange_s(
-    topology: str, collective: str, n: int, model_bytes: float, ratio: float, link: Link
-) -> float:
-    """Seconds of one round's exchange on a ring or tree for a dense or Top-k collective."""
-    key = (topology, collective)
-    if key not in _PEER_EXCHANGES:
+def peer_cost(costs: Mapping[str, Cost], topology: str, collective: str) -> Cost:
+    """A collective's cost model on a ring or tree (``costs``: its own table by topology)."""
+    if topology not in costs:
         raise ValueError(f"no peer cost model for topology {topology!r} and {collective!r}")
-    return _PEER_EXCHANGES[key](n, model_bytes, ratio, link)
+    return costs[topology]
+
+
+def slowest_link(links: Sequence[LinkLike]) -> Link:
+    """What a peer collective sees of estimated links: the longest latency, the least bandwidth
+    either way."""
+    return Link.from_bandwidth(
+        max(e.latency_s for e in links),
+        min(min(e.uplink_bytes_per_s, e.downlink_bytes_per_s) for e in links),
+    )
 
 
 def transfer_s(link: LinkLike, nbytes: float, up: bool) -> float:

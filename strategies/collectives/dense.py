@@ -13,6 +13,7 @@ from typing import ClassVar
 import numpy as np
 from flwr.app import ArrayRecord
 
+from common.settings import Settings
 from strategies.collectives.base import (
     ActionHandler,
     Aggregate,
@@ -20,6 +21,7 @@ from strategies.collectives.base import (
     ClientRound,
     DenseUpdate,
     Indices,
+    Outlook,
     Participant,
     Program,
     RoundPlan,
@@ -27,14 +29,33 @@ from strategies.collectives.base import (
     finished,
     screened,
 )
+from strategies.collectives.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    Link,
+    PeerCost,
+    peer_cost,
+    ring_allreduce,
+    transfer_s,
+    tree_allreduce,
+)
 from wire.keys import ARRAYS_KEY
+from wire.layout import Layout
 from wire.messages import TrainReply
 
 
 class Dense:
     name: ClassVar[str] = "dense"
     compressed: ClassVar[bool] = False
+    gain: ClassVar[str | None] = None
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
+    PEER: ClassVar[dict[str, PeerCost]] = {
+        "ring": lambda n, m, c, link: ring_allreduce(n, m, link),
+        "tree": lambda n, m, c, link: tree_allreduce(n, m, link),
+    }
+
+    @classmethod
+    def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> Dense:
+        return cls()
 
     @staticmethod
     def client_train(job: ClientRound) -> ClientPayload:
@@ -70,3 +91,16 @@ class Dense:
         updates = [p.contribution for p in participants]
         combined = plan.defence.combine(updates, plan.weights(participants))  # type: ignore[arg-type]
         return finished(Aggregate(participants, DenseUpdate(combined)))
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        """Down the model, compute, up the update (both 4d bytes)."""
+        nbytes = 4 * outlook.size + MESSAGE_OVERHEAD_BYTES
+        return max(
+            transfer_s(link, nbytes, False) + c + transfer_s(link, nbytes, True)
+            for link, c in zip(outlook.links, outlook.compute_s, strict=True)
+        )
+
+    def peer_exchange_s(
+        self, topology: str, n: int, model_bytes: float, ratio: float, link: Link
+    ) -> float:
+        return peer_cost(self.PEER, topology, self.name)(n, model_bytes, ratio, link)

@@ -27,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
+from common.settings import Settings
 from compress import low_rank
 from compress.base import ErrorFeedback, load_vector, store_vector
 from compress.low_rank import Factored, FactorShape, Matrix
@@ -38,6 +39,7 @@ from strategies.collectives.base import (
     ClientRound,
     Exchange,
     Indices,
+    Outlook,
     Participant,
     Program,
     RoundPlan,
@@ -45,6 +47,15 @@ from strategies.collectives.base import (
     finished,
     phase_replies,
     screened,
+)
+from strategies.collectives.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    DenseCost,
+    Link,
+    peer_cost,
+    ring_allreduce,
+    transfer_s,
+    tree_allreduce,
 )
 from strategies.collectives.maths import weighted_average
 from wire.codec import PayloadError, decode_values, raw_array, read_raw, values_record
@@ -136,7 +147,16 @@ def _second(action: ClientAction) -> ArrayRecord:
 class PowerSgd:
     name: ClassVar[str] = "powersgd"
     compressed: ClassVar[bool] = True
+    gain: ClassVar[str | None] = None
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
+    PEER: ClassVar[dict[str, DenseCost]] = {
+        "ring": ring_allreduce,
+        "tree": tree_allreduce,
+    }
+
+    @classmethod
+    def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> PowerSgd:
+        return cls(layout, always_sent, settings.seed, settings.powersgd_rank)
 
     @staticmethod
     def client_train(job: ClientRound) -> ClientPayload:
@@ -228,6 +248,33 @@ class PowerSgd:
         self.last_q = [q.copy() for q in combined_q]
         factored = Factored(shape, tuple(p_hat), tuple(combined_q), combined[shape.q_count :])
         return Aggregate(accepted, factored.to_sparse(), compact=factored)
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        """Two exchanges. ``train``: down the last update as factors and this round's Q,
+        compute, up P_i and the dense values; ``q``: down P̂, up Q_i. 4 bytes a value."""
+        shape = self.shape(outlook.ratio)
+        p, q, dense, table = shape.p_count, shape.q_count, shape.dense.size, 32 * len(shape.blocks)
+        ov = MESSAGE_OVERHEAD_BYTES
+        down = 4 * (p + 2 * q + dense) + 2 * table + ov
+        train = max(
+            transfer_s(link, down, False) + c + transfer_s(link, 4 * (p + dense) + ov, True)
+            for link, c in zip(outlook.links, outlook.compute_s, strict=True)
+        )
+        exchange_q = max(
+            transfer_s(link, 4 * p + ov, False) + transfer_s(link, 4 * q + ov, True)
+            for link in outlook.links
+        )
+        return train + exchange_q
+
+    def peer_exchange_s(
+        self, topology: str, n: int, model_bytes: float, ratio: float, link: Link
+    ) -> float:
+        """Two allreduces, as PowerSGD runs on peers: the P_i with the dense values, then the
+        Q_i (``model_bytes`` is not read: the factors' sizes follow from the ratio)."""
+        allreduce = peer_cost(self.PEER, topology, self.name)
+        shape = self.shape(ratio)
+        first = 4 * (shape.p_count + shape.dense.size)
+        return allreduce(n, first, link) + allreduce(n, 4 * shape.q_count, link)
 
     def _positions(self, shape: FactorShape) -> Indices:
         """Where each entry of a (Q_i, dense) vector sits in the model: a Q entry in its matrix

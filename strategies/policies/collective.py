@@ -1,11 +1,15 @@
 """Which collective a round uses (``collective``): the one configured, or ``auto``.
 
-``auto``: rounds 1 and 2 try Allreduce and Allgather (so both have been measured); then the
-ratio policy's collective when it names one (NSGA-II weighs gain as well as time), otherwise
-the cheaper by predicted round time, and the previous choice while nothing can be predicted.
+``auto``: the first rounds try each of its collectives once, in the order ``auto-collectives``
+names them (so that what only a round of its own measures, such as Allgather's overlap of index
+sets, has been measured); then the ratio policy's collective when it names one (NSGA-II weighs
+gain as well as time), otherwise the one of least predicted round time (ties go to the first in
+the collectives table), and the previous choice while nothing can be predicted.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from strategies.policies.round_times import RoundTimes
 
@@ -13,22 +17,25 @@ from strategies.policies.round_times import RoundTimes
 class FixedCollective:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.predicted: tuple[float | None, float | None] = (None, None)
+        self.predicted: dict[str, float] | None = None
 
     def choose(self, server_round: int, ratio: float, preferred: str | None) -> str:
         return self.name
 
 
 class AutoCollective:
-    def __init__(self, times: RoundTimes) -> None:
+    def __init__(self, times: RoundTimes, candidates: Sequence[str]) -> None:
+        if not candidates or set(candidates) - set(times.collectives):
+            raise ValueError(f"auto's collectives {list(candidates)} are not all predicted")
         self.times = times
-        self.current = "allreduce"
-        self.predicted: tuple[float | None, float | None] = (None, None)  # this round's
+        self.candidates = tuple(candidates)
+        self.current = self.candidates[0]
+        self.predicted: dict[str, float] | None = None  # this round's, by collective
 
     def choose(self, server_round: int, ratio: float, preferred: str | None) -> str:
-        self.predicted = (None, None)
-        if server_round <= 2:
-            self.current = "allreduce" if server_round == 1 else "allgather"
+        self.predicted = None
+        if server_round <= len(self.candidates):
+            self.current = self.candidates[server_round - 1]
             return self.current
         predicted = self.times.predict(ratio)
         if predicted is not None:
@@ -36,5 +43,5 @@ class AutoCollective:
         if preferred is not None:
             self.current = preferred
         elif predicted is not None:
-            self.current = "allgather" if predicted[0] <= predicted[1] else "allreduce"
+            self.current = min(predicted, key=predicted.__getitem__)
         return self.current

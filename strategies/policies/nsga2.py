@@ -29,6 +29,8 @@ from pymoo.operators.mutation.pm import PM
 from pymoo.optimize import minimize
 
 from compress.gain import DEFAULT_GAIN_GRID
+from strategies.collectives import COLLECTIVES
+from strategies.collectives.base import SHARED_INDEX_GAIN
 from strategies.collectives.cost import LinkLike
 
 
@@ -283,8 +285,13 @@ class SolveRecord:
     grid_round_s: dict[str, tuple[float, ...]]  # predicted round time at c per collective
 
 
-PredictRoundS = Callable[[float], "tuple[float, float] | None"]  # c -> (allgather, allreduce) s
-COLLECTIVE_INDEX = {"allgather": 0, "allreduce": 1}
+PredictRoundS = Callable[[float], "dict[str, float] | None"]  # c -> seconds, by collective
+
+
+def gain_model_of(collective: str) -> str | None:
+    """How the schedule models a collective's gain (None: it has no model, so no front)."""
+    half = COLLECTIVES.get(collective)
+    return None if half is None else half.gain
 
 
 @dataclass(frozen=True)
@@ -335,9 +342,11 @@ class Nsga2Schedule:
             raise ValueError(f"need 0 < cr-min < cr-max <= 1, got {cr_min}, {cr_max}")
         if ratio_ramp and ratio_ramp < 1:
             raise ValueError(f"cr-ratio-ramp must be 0 (off) or at least 1, got {ratio_ramp}")
-        unknown = set(collectives) - set(COLLECTIVE_INDEX)
-        if not collectives or unknown:
-            raise ValueError(f"collectives must be among {sorted(COLLECTIVE_INDEX)}")
+        unmodelled = [name for name in collectives if gain_model_of(name) is None]
+        if not collectives or unmodelled:
+            raise ValueError(
+                f"collectives must be ones whose gain the schedule models, not {unmodelled}"
+            )
         self.params = Nsga2Params(
             cr_min=cr_min,
             cr_max=cr_max,
@@ -377,7 +386,8 @@ class Nsga2Schedule:
 
     def _gain_of(self, collective: str) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
         curve = self.gain_model.curve()
-        factor = self.shared_index_factor if collective == "allreduce" else None
+        shared = gain_model_of(collective) == SHARED_INDEX_GAIN
+        factor = self.shared_index_factor if shared else None
         if factor is None:
             return curve
         return lambda ratio: np.clip(factor * curve(ratio), 1e-9, 1.0)
@@ -415,7 +425,7 @@ class Nsga2Schedule:
         def round_s(collective: str) -> Curve:
             def seconds(ratios: NDArray[np.float64]) -> NDArray[np.float64]:
                 times = [round_times(float(c)) for c in ratios]
-                return np.array([t[COLLECTIVE_INDEX[collective]] if t else math.inf for t in times])
+                return np.array([t[collective] if t else math.inf for t in times])
 
             return seconds
 
@@ -458,7 +468,7 @@ class Nsga2Schedule:
             grid_ratios=tuple(float(c) for c in grid),
             grid_gains=tuple(float(g) for g in self.gain_model.curve()(grid)),
             grid_round_s={
-                name: tuple(float(t[COLLECTIVE_INDEX[name]]) if t else math.inf for t in times)
+                name: tuple(float(t[name]) if t else math.inf for t in times)
                 for name in self.params.collectives
             },
         )

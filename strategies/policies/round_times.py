@@ -2,23 +2,17 @@
 and the NSGA-II ratio schedule read them).
 
 Every exchange's measured or modelled download and upload times feed a link estimator per
-client; training phases give each client's compute time; Allgather rounds give the overlap of
-the clients' index sets (the union the next delta carries).
+client; training phases give each client's compute time. Each collective predicts its own round
+from them (``Collective.star_round_s``, ``peer_exchange_s``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from compress.topk import sent_count
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Phase
-from strategies.collectives.cost import Link, peer_exchange_s
+from strategies.collectives.base import Collective, Outlook, Phase, round_s
 from timing.clock import PhaseTiming
 from timing.link_estimator import DOWN, UP, LinkEstimate, LinkEstimator
-from wire.codec import topk_count
 
 TRAIN_PHASE = "train"
 
@@ -29,20 +23,17 @@ class RoundTimes:
         num_clients: int,
         size: int,
         topology: str,
+        collectives: Mapping[str, Collective],
         values_nbytes: Callable[[int], int] = lambda count: 4 * count,
-        always_sent: int = 0,
-        one_phase_hints: float | None = None,
     ) -> None:
         self.num_clients = num_clients
         self.size = size
         self.topology = topology
+        # the collectives predicted, by name (ties in a choice go to the first)
+        self.collectives = dict(collectives)
         self.values_nbytes = values_nbytes  # the compressor's bytes for k values
-        self.always_sent = always_sent  # entries sent beside the Top-k (the model's buffers)
-        # Allreduce with a one-phase index policy: its hint share (None: the leader's phases)
-        self.one_phase_hints = one_phase_hints
         self.estimator = LinkEstimator(window=48)
         self.compute_s: dict[int, float] = {}  # last virtual compute time per client
-        self.union_fraction = 1.0  # last Allgather union size / (N·k)
 
     def links(self) -> list[LinkEstimate] | None:
         """Every client's estimated link, or None while one is unknown."""
@@ -54,31 +45,17 @@ class RoundTimes:
         """The slowest client's last compute time (virtual), 0 before any round."""
         return max(self.compute_s.values(), default=0.0)
 
-    def predict(self, ratio: float) -> tuple[float, float] | None:
-        """Predicted round time (Allgather, Allreduce) at ``ratio`` from the estimated links."""
+    def predict(self, ratio: float) -> dict[str, float] | None:
+        """Each collective's predicted round time at ``ratio`` from the estimated links."""
         known = self.links()
         if known is None:
             return None
         compute = [self.compute_s.get(c, 0.0) for c in range(self.num_clients)]
-        k = sent_count(topk_count(self.size, ratio), self.size, self.always_sent)
-        values_nbytes = self.values_nbytes(k)
-        union = min(self.size, math.ceil(self.union_fraction * self.num_clients * k))
-        if self.topology == "star":
-            return (
-                Allgather.predict_star_s(known, compute, k, union, self.size, values_nbytes),
-                Allreduce.predict_star_s(
-                    known, compute, k, self.size, values_nbytes, self.one_phase_hints
-                ),
-            )
-        link = Link.from_bandwidth(  # the peer collectives see the slowest link
-            max(e.latency_s for e in known),
-            min(min(e.uplink_bytes_per_s, e.downlink_bytes_per_s) for e in known),
-        )
-        n, model_bytes, slowest = self.num_clients, 4 * self.size, max(compute)
-        return (
-            slowest + peer_exchange_s(self.topology, "allgather", n, model_bytes, ratio, link),
-            slowest + peer_exchange_s(self.topology, "allreduce", n, model_bytes, ratio, link),
-        )
+        outlook = Outlook(known, compute, ratio, self.size, self.values_nbytes)
+        return {
+            name: round_s(collective, self.topology, outlook)
+            for name, collective in self.collectives.items()
+        }
 
     def observe(self, phases: Sequence[Phase], timings: Sequence[PhaseTiming]) -> None:
         """Each client's transfers in each exchange of the round just charged."""
@@ -89,10 +66,6 @@ class RoundTimes:
                 self.estimator.observe(work.client, UP, work.bytes_up, t.upload_s)
                 if phase.name == TRAIN_PHASE:
                     self.compute_s[work.client] = t.compute_s
-
-    def observe_union(self, union: int, senders: int, k: int) -> None:
-        """An Allgather round's union of index sets against N·k."""
-        self.union_fraction = union / (senders * k)
 
     def estimated_links(self) -> dict[str, list[float]]:
         """Per client: [latency ms, uplink Mbit/s, downlink Mbit/s] as estimated now."""

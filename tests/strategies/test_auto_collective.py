@@ -10,9 +10,10 @@ from common.settings import PROJECT_ROOT
 from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
+from strategies.collectives import COLLECTIVES
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import Allreduce, shared_index_factor
-from strategies.collectives.base import Participant
+from strategies.collectives.base import Outlook, Participant
 from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
 from timing.devices import MBPS, DeviceProfile
@@ -26,7 +27,12 @@ DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)
 
 
 def test_auto_follows_the_cost_models_across_c1_segments() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="auto")
+    settings = _settings(
+        strategy="topk",
+        compression_ratio=0.01,
+        collective="auto",
+        auto_collectives="allreduce,allgather",
+    )
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
@@ -56,7 +62,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
         agree += stats.collective == best
         flips += previous is not None and stats.collective != previous
         previous = stats.collective
-        assert stats.predicted_allgather_s is not None and stats.predicted_allreduce_s is not None
+        assert stats.predicted is not None and set(stats.predicted) == {"allgather", "allreduce"}
         assert stats.estimated_links is not None and len(stats.estimated_links) == 3
     print(f"auto agreed with the true-link models in {agree}/{rounds - 2} rounds, {flips} flips")
     assert flips >= 2  # C1-edge has regimes that favour each mode
@@ -122,3 +128,63 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
     assert shared_index_factor([leader, other], first) == pytest.approx(
         (10 * 9 / 25 + 30 * 0.25) / 40
     )
+
+
+def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
+    settings = _settings(
+        **{
+            "strategy": "topk",
+            "compression_ratio": 0.01,
+            "collective": "auto",
+            "num_clients": clients,
+            **settings_overrides,
+        }
+    )
+    schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    clock = unit_clock({i: DEVICE for i in range(clients)}, schedule)
+    strategy = build_strategy(settings, clock, layout)
+    strategy.start(
+        grid=InProcessGrid(settings),  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=rounds,
+        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
+    )
+    return strategy.stats
+
+
+def test_auto_takes_powersgd_where_its_predicted_round_is_the_shortest() -> None:
+    """At c = 0.1 under c1-edge: on the 25 Mbit/s links PowerSGD's factors (no indices, and a
+    downlink that does not grow with the clients' union) make the shortest round; from round
+    37 (1 Mbit/s, 1 ms) Allreduce's values-only exchanges do. Every round after the first
+    three takes the collective of least predicted time, and the records show each prediction."""
+    stats = _auto_run({"compression_ratio": 0.1}, rounds=39, clients=4)
+    assert [stats[r].collective for r in (1, 2, 3)] == ["allreduce", "allgather", "powersgd"]
+    for r in range(4, 40):
+        predicted = stats[r].predicted
+        assert predicted is not None and set(predicted) == {"allgather", "allreduce", "powersgd"}
+        assert stats[r].collective == min(predicted, key=predicted.__getitem__)
+    assert {stats[r].collective for r in range(4, 37)} == {"powersgd"}
+    assert {stats[r].collective for r in (38, 39)} == {"allreduce"}
+    assert not any(stats[r].refused for r in stats)
+
+
+class Sixth(Allgather):
+    """A fourth collective made in a test: Allgather's exchange under another name, predicted
+    to cost nothing."""
+
+    name = "sixth"
+
+    def star_round_s(self, outlook: Outlook) -> float:
+        return 0.0
+
+
+def test_a_collective_added_to_the_table_is_considered_by_auto(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(COLLECTIVES, Sixth.name, Sixth)  # its one table line
+    stats = _auto_run({"auto_collectives": "allgather,sixth"}, rounds=6)
+    assert [stats[r].collective for r in range(1, 7)] == ["allgather", *["sixth"] * 5]
+    assert stats[4].predicted is not None and stats[4].predicted["sixth"] == 0.0
+    assert not any(stats[r].refused for r in stats)

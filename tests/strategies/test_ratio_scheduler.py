@@ -223,9 +223,9 @@ def _schedule_kwargs() -> dict:
 COMPUTE_S = 0.1  # compute-bound rounds: the gain objective has a say
 
 
-def _allreduce_twice_as_fast(ratio: float) -> tuple[float, float]:
+def _allreduce_twice_as_fast(ratio: float) -> dict[str, float]:
     sync = 0.01 + 8 * ratio * D / 1e6
-    return COMPUTE_S + sync, COMPUTE_S + sync / 2  # (allgather, allreduce)
+    return {"allgather": COMPUTE_S + sync, "allreduce": COMPUTE_S + sync / 2}
 
 
 @pytest.mark.parametrize(("factor", "expected"), [(1.0, "allreduce"), (0.1, "allgather")])

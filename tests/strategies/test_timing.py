@@ -98,7 +98,11 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     from wire.layout import Layout
 
     settings = _settings(
-        strategy="topk", compression_ratio=0.1, collective="auto", timing="measured"
+        strategy="topk",
+        compression_ratio=0.1,
+        collective="auto",
+        auto_collectives="allreduce,allgather",
+        timing="measured",
     )
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
@@ -122,5 +126,6 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
         assert s.failed == []
     assert [p["name"] for p in stats[0].phases] == ["train", "indices", "values"]
     assert stats[3].estimated_links is not None and len(stats[3].estimated_links) == 3
-    assert stats[3].predicted_allgather_s is not None
-    assert np.isfinite(stats[3].predicted_allreduce_s)
+    predicted = stats[3].predicted
+    assert predicted is not None and set(predicted) == {"allgather", "allreduce"}
+    assert all(np.isfinite(seconds) for seconds in predicted.values())
