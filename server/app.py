@@ -38,13 +38,14 @@ from server.packed_grid import PackedGrid
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Indices, sent_whole
-from strategies.edge import EdgeStrategy, Policies
+from strategies.edge import EdgeStrategy
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.round_times import RoundTimes
 from strategies.policies.statistics import STATISTICS, Averaged, StatisticsPolicy
 from strategies.policies.weights import WEIGHTS
+from strategies.round_state import Policies
 from strategies.sampling import ClientSampler
 from timing.clock import ServerLink, VirtualClock
 from timing.devices import load_catalog

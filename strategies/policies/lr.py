@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class LastRound:
@@ -53,3 +55,14 @@ class LearningRates:
 
     def observe(self, global_batch: int, batch_size: int, num_clients: int) -> None:
         self.last = LastRound(global_batch, batch_size, num_clients)
+
+    def observe_aggregated(
+        self, samples: list[int], local_steps: int, batch_size: int, num_clients: int
+    ) -> None:
+        """The global batch per local step of a round's own samples, over the replies
+        aggregated (``samples``: each one's; a refused or screened reply sets nothing). It is
+        estimated as the number of clients times the median of their samples: a sum would
+        follow one client's inflated claim (up to local steps x batch-max passes the bounds),
+        the median is moved by no minority of them."""
+        median = float(np.median(samples))
+        self.observe(round(len(samples) * median) // local_steps, batch_size, num_clients)
