@@ -27,11 +27,14 @@ from strategies.bounds import Bounds
 from strategies.collectives.base import (
     Aggregate,
     Collective,
+    Defended,
+    Exchange,
     Program,
     Replies,
     RoundLog,
     RoundPlan,
     Vector,
+    defend,
 )
 from strategies.guard import UpdateGuard
 from strategies.identity import Identities
@@ -246,7 +249,7 @@ class EdgeStrategy(FedAvg):
                 compressor=self.compressor,
                 index_set=collective.round_index_set(),
                 weights=self.policies.weights,
-                defence=self.policies.defence,
+                distrusted=frozenset(self.policies.defence.refusing()),
                 measure=self.ledger.measure,
                 log=RoundLog(),
                 max_compress_s=self.bounds.max_compress_s,
@@ -300,12 +303,21 @@ class EdgeStrategy(FedAvg):
         return self.layout.unflatten(model), MetricRecord({TRAIN_LOSS: loss})
 
     def _run(self, state: RoundState, program: Program) -> Aggregate:
-        """The collective's further exchanges, each sent through the grid, until it aggregates."""
+        """The collective's program: each exchange sent through the grid, each screen or
+        combination of contributions answered by the defence, until it aggregates."""
+        screened_phases: set[str | None] = set()
         try:
-            exchange = next(program)
+            request = next(program)
             while True:
-                sent = state.grid.send_and_receive(exchange.messages, timeout=self.round_timeout_s)
-                exchange = program.send(Replies(list(sent), self.ledger.wall_s()))
+                answer: Replies | Defended
+                if isinstance(request, Exchange):
+                    sent = state.grid.send_and_receive(
+                        request.messages, timeout=self.round_timeout_s
+                    )
+                    answer = Replies(list(sent), self.ledger.wall_s())
+                else:
+                    answer = defend(request, state.plan, self.policies.defence, screened_phases)
+                request = program.send(answer)
         except StopIteration as done:
             aggregate: Aggregate = done.value
             return aggregate

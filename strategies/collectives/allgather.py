@@ -29,8 +29,7 @@ from strategies.collectives.base import (
     Participant,
     Program,
     RoundPlan,
-    finished,
-    screened,
+    combine,
 )
 from strategies.collectives.cost import (
     MESSAGE_OVERHEAD_BYTES,
@@ -98,19 +97,19 @@ class Allgather:
         return 0
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
-        participants = screened(plan, participants, TRAIN)
-        sparses = [p.contribution for p in participants if isinstance(p.contribution, Sparse)]
-        if not sparses:
-            return finished(Aggregate([], None))
+        defended = yield from combine(participants, TRAIN)
+        participants = defended.participants
+        if not participants:
+            return Aggregate([], None)
         union, values = scatter_add(
-            [s.indices for s in sparses],
-            plan.defence.sparse_values([s.values for s in sparses]),
+            [p.contribution.indices for p in participants],  # type: ignore[union-attr]
+            defended.values,
             plan.weights(participants),
             plan.size,
         )
         if plan.ratio < 1.0:  # a dense round says nothing about overlap
             self.union_fraction = union.size / (len(participants) * plan.k)
-        return finished(Aggregate(participants, Sparse(union, values, plan.size)))
+        return Aggregate(participants, Sparse(union, values, plan.size))
 
     def star_round_s(self, outlook: Outlook) -> float:
         k = sent_count(topk_count(outlook.size, outlook.ratio), outlook.size, self.always_sent.size)

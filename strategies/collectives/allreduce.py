@@ -37,7 +37,7 @@ from strategies.collectives.base import (
     ClientAction,
     ClientPayload,
     ClientRound,
-    Exchange,
+    Defended,
     Indices,
     Outlook,
     Participant,
@@ -46,9 +46,10 @@ from strategies.collectives.base import (
     Replies,
     RoundPlan,
     Vector,
-    finished,
+    combine,
+    exchange,
     phase_replies,
-    screened,
+    screen,
 )
 from strategies.collectives.cost import (
     MESSAGE_OVERHEAD_BYTES,
@@ -405,25 +406,26 @@ class Allreduce:
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if plan.index_set is not None:
-            kept = screened(plan, participants, TRAIN, plan.index_set)
-            return finished(self._aggregate(plan, plan.index_set, kept))
+            return self._one_phase(plan, plan.index_set, participants)
         return self._leader_phases(plan, participants)
+
+    def _one_phase(
+        self, plan: RoundPlan, index_set: Indices, participants: list[Participant]
+    ) -> Program:
+        defended = yield from combine(participants, TRAIN, index_set)
+        return self._aggregate(plan, index_set, defended)
 
     def _aggregate(
         self,
         plan: RoundPlan,
         index_set: Indices,
-        participants: list[Participant],
+        defended: Defended,
         factor: float | None = None,
     ) -> Aggregate:
-        if not participants:
+        participants = defended.participants
+        if defended.combined is None:
             return Aggregate([], None)
-        values = [p.contribution for p in participants]
-        update = Sparse(
-            index_set,
-            plan.defence.combine(values, plan.weights(participants)),  # type: ignore[arg-type]
-            plan.size,
-        )
+        update = Sparse(index_set, defended.combined, plan.size)
         hints = [
             (weight, indices)
             for weight, p in zip(plan.weights(participants), participants, strict=True)
@@ -460,11 +462,11 @@ class Allreduce:
         participants = [p for p in participants if p.node_id not in implausible]
         if not participants:
             return Aggregate([], None)
-        distrusted = self.caught | plan.defence.refusing()  # a refused one picks no index set
+        distrusted = self.caught | plan.distrusted  # a refused one picks no index set
         trusted = [p for p in participants if p.partition_id not in distrusted] or participants
         leader = self.choose_leader(plan.server_round, trusted)
         request = PhaseRequest(plan.server_round, plan.ratio).to_content()
-        replies = yield Exchange(
+        replies = yield from exchange(
             [Message(content=request, dst_node_id=leader.node_id, message_type=TRAIN_INDICES)],
         )
         own_indices = self._leader_indices(plan, leader, content_nbytes(request), replies)
@@ -474,7 +476,7 @@ class Allreduce:
         assert index_set is not None
         values_request = PhaseRequest(plan.server_round, plan.ratio, index_set, plan.size)
         content = values_request.to_content()
-        replies = yield Exchange(
+        replies = yield from exchange(
             [
                 Message(content=content, dst_node_id=p.node_id, message_type=TRAIN_VALUES)
                 for p in participants
@@ -483,12 +485,13 @@ class Allreduce:
         accepted = self._values_replies(
             plan, participants, index_set, content_nbytes(content), replies, leader, own_indices
         )
-        accepted = screened(plan, accepted, VALUES_ACTION, index_set)
+        accepted = yield from screen(accepted, VALUES_ACTION, index_set)
         chosen = ~np.isin(index_set, self.always_sent)
         judges = [p for p in accepted if p.partition_id not in distrusted]
         accepted = self._judge_index_set(plan, leader, accepted, judges, chosen)
         factor = shared_index_factor(accepted, chosen) if accepted else None
-        return self._aggregate(plan, index_set, accepted, factor)
+        defended = yield from combine(accepted, VALUES_ACTION, index_set)
+        return self._aggregate(plan, index_set, defended, factor)
 
     def _leader_indices(
         self, plan: RoundPlan, leader: Participant, bytes_down: int, replies: Replies

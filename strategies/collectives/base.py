@@ -4,8 +4,10 @@ participants it aggregates, its exchanges, and the log of what happened.
 A collective owns both halves of one exchange: the client half (``client_train`` turns a
 client's update into its reply payload, ``client_actions`` answer any further message types)
 and the server half (``decode`` reads one training reply's payload; ``program`` is the rest of
-the round: a generator that yields each further ``Exchange`` for the strategy to send and
-returns the ``Aggregate``). Collective modules import no server code: a ClientApp loads them.
+the round: a generator that yields each further ``Exchange`` for the strategy to send, and a
+``Screen`` or ``Combine`` of contributions for the strategy's defence to answer (``defend``:
+the one place the defence is applied, so that no collective can skip it), and returns the
+``Aggregate``). Collective modules import no server code: a ClientApp loads them.
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ class RoundPlan:
     compressor: Compressor
     index_set: Indices | None  # Allreduce, one-phase index policies: sent with the round
     weights: Weights  # aggregation weights of participants
-    defence: Defence  # how contributions combine (robust aggregation)
+    # partitions the defence judged against (its verdicts so far: none of them leads)
+    distrusted: frozenset[int]
     measure: Measure  # measured times of a reply (None under modelled timing)
     log: RoundLog
     max_compress_s: float = math.inf  # a phase reply's compress-s bound (strategies/bounds.py)
@@ -228,25 +231,103 @@ class Aggregate:
     compact: CompactUpdate | None = None
 
 
-Program = Generator[Exchange, Replies, Aggregate]
+@dataclass(frozen=True)
+class Screen:
+    """A program's request: the defence's judgement of these participants' contributions
+    (``positions``: where their entries sit in the model, None: the whole model). The answer's
+    participants are the ones kept; the rest are refused in the round's log."""
+
+    participants: list[Participant]
+    phase: str | None
+    positions: Indices | None = None
+
+
+@dataclass(frozen=True)
+class Combine:
+    """A program's request: the defence's combination of these participants' contributions,
+    screened first unless a Screen of this phase came before (a collective cannot combine
+    what was not judged). Contributions at the same coordinates come back as one vector;
+    sparse ones (each at its own indices) as each one's values, for the collective to sum."""
+
+    participants: list[Participant]
+    phase: str | None
+    positions: Indices | None = None
+
+
+@dataclass(frozen=True)
+class Defended:
+    """The answer to a Screen or Combine: the participants kept, and their combination."""
+
+    participants: list[Participant]
+    combined: Vector | None = None  # Combine of contributions at the same coordinates
+    values: list[Vector] = field(default_factory=list)  # Combine of sparse contributions
+
+
+Request = Exchange | Screen | Combine
+Program = Generator[Request, Replies | Defended, Aggregate]
+
+
+def exchange(messages: list[Message]) -> Generator[Request, Replies | Defended, Replies]:
+    """Send ``messages`` (``replies = yield from exchange(...)``)."""
+    answer = yield Exchange(messages)
+    assert isinstance(answer, Replies)
+    return answer
+
+
+def screen(
+    participants: list[Participant], phase: str | None, positions: Indices | None = None
+) -> Generator[Request, Replies | Defended, list[Participant]]:
+    """The participants the defence keeps (``kept = yield from screen(...)``)."""
+    answer = yield Screen(participants, phase, positions)
+    assert isinstance(answer, Defended)
+    return answer.participants
+
+
+def combine(
+    participants: list[Participant], phase: str | None, positions: Indices | None = None
+) -> Generator[Request, Replies | Defended, Defended]:
+    """The defence's combination (``defended = yield from combine(...)``)."""
+    answer = yield Combine(participants, phase, positions)
+    assert isinstance(answer, Defended)
+    return answer
+
+
+def defend(
+    request: Screen | Combine, plan: RoundPlan, defence: Defence, screened_phases: set[str | None]
+) -> Defended:
+    """The strategy's answer to a program's Screen or Combine: where every collective's
+    contributions meet the defence. ``screened_phases``: this round's, so far."""
+    kept = request.participants
+    if request.phase not in screened_phases:
+        kept = screened(plan, defence, kept, request.phase, request.positions)
+        screened_phases.add(request.phase)
+    if isinstance(request, Screen) or not kept:
+        return Defended(kept)
+    contributions = [p.contribution for p in kept]
+    if all(isinstance(c, Sparse) for c in contributions):
+        values = [c.values for c in contributions]  # type: ignore[union-attr]
+        return Defended(kept, values=list(defence.sparse_values(values)))
+    combined = defence.combine(contributions, plan.weights(kept))  # type: ignore[arg-type]
+    return Defended(kept, combined=combined)
 
 
 def screened(
     plan: RoundPlan,
+    defence: Defence,
     participants: list[Participant],
     phase: str | None,
     positions: Indices | None = None,
 ) -> list[Participant]:
     """The participants whose contributions the defence keeps; the rest refused in the log.
     ``positions``: where the contributions' entries sit in the model (None: the whole model)."""
-    if not plan.defence.screens or not participants:
+    if not defence.screens or not participants:
         return participants
     vectors = []
     for p in participants:
         assert p.contribution is not None, "screened before the contributions came in"
         contribution = p.contribution
         vectors.append(contribution.dense() if isinstance(contribution, Sparse) else contribution)
-    reasons = plan.defence.screen([p.partition_id for p in participants], vectors, positions)
+    reasons = defence.screen([p.partition_id for p in participants], vectors, positions)
     for p, reason in zip(participants, reasons, strict=True):
         if reason is not None:
             plan.log.refuse(p.node_id, phase, reason)
@@ -405,7 +486,7 @@ def round_s(collective: Collective, topology: str, outlook: Outlook) -> float:
 
 
 def finished(aggregate: Aggregate) -> Program:
-    """A program with no further exchange: the round ends with the training replies."""
+    """A program with no further request: the round ends with the training replies."""
     return aggregate
     yield  # a generator all the same
 

@@ -26,8 +26,7 @@ from strategies.collectives.base import (
     Program,
     RoundPlan,
     Vector,
-    finished,
-    screened,
+    combine,
 )
 from strategies.collectives.cost import (
     MESSAGE_OVERHEAD_BYTES,
@@ -85,12 +84,10 @@ class Dense:
         return 0
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
-        participants = screened(plan, participants, None)
-        if not participants:
-            return finished(Aggregate([], None))
-        updates = [p.contribution for p in participants]
-        combined = plan.defence.combine(updates, plan.weights(participants))  # type: ignore[arg-type]
-        return finished(Aggregate(participants, DenseUpdate(combined)))
+        defended = yield from combine(participants, None)
+        if defended.combined is None:
+            return Aggregate([], None)
+        return Aggregate(defended.participants, DenseUpdate(defended.combined))
 
     def star_round_s(self, outlook: Outlook) -> float:
         """Down the model, compute, up the update (both 4d bytes)."""

@@ -37,16 +37,16 @@ from strategies.collectives.base import (
     ClientAction,
     ClientPayload,
     ClientRound,
-    Exchange,
     Indices,
     Outlook,
     Participant,
     Program,
     RoundPlan,
     Vector,
+    combine,
+    exchange,
     finished,
     phase_replies,
-    screened,
 )
 from strategies.collectives.cost import (
     MESSAGE_OVERHEAD_BYTES,
@@ -229,7 +229,7 @@ class PowerSgd:
             own_q = decode_values(PhaseReply.sparse_of(msg.content), shape.q_count)
             return np.concatenate([own_q, sent[p.node_id][shape.p_count :]])  # type: ignore[index]
 
-        replies = yield Exchange(
+        replies = yield from exchange(
             [
                 Message(content=content, dst_node_id=p.node_id, message_type=TRAIN_Q)
                 for p in participants
@@ -237,13 +237,11 @@ class PowerSgd:
         )
         bytes_down = content_nbytes(content)
         accepted = phase_replies(plan, participants, Q_ACTION, bytes_down, replies, read)
-        accepted = screened(plan, accepted, Q_ACTION, self._positions(shape))
-        if not accepted:
+        defended = yield from combine(accepted, Q_ACTION, self._positions(shape))
+        combined = defended.combined
+        if combined is None:
             return Aggregate([], None)
-        combined = plan.defence.combine(
-            [p.contribution for p in accepted],  # type: ignore[misc]
-            plan.weights(accepted),
-        )
+        accepted = defended.participants
         combined_q = shape.split_q(combined[: shape.q_count])
         self.last_q = [q.copy() for q in combined_q]
         factored = Factored(shape, tuple(p_hat), tuple(combined_q), combined[shape.q_count :])
