@@ -34,7 +34,7 @@ TABLES = {
     "index_policy": "strategies.collectives.allreduce:INDEX_POLICIES",
     "compressor": "compress:COMPRESSORS",
     "topology": "strategies.collectives.cost:TOPOLOGIES",
-    "cr_schedule": "server.build:CR_SCHEDULES",
+    "cr_schedule": "strategies.policies.ratio:CR_SCHEDULES",
     "cr_selection": "strategies.policies.nsga2:SELECTIONS",
     "buffer_policy": "client.buffer:BUFFER_POLICIES",
     "batch_policy": "client.buffer:BATCH_POLICIES",

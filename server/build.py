@@ -18,9 +18,9 @@ from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence, Indices
 from strategies.policies.ratio import (
+    CR_SCHEDULES,
     AdaptiveRatio,
     FixedRatio,
-    Nsga2Ratio,
     RatioPolicy,
     SparsityWarmUp,
 )
@@ -65,37 +65,6 @@ def predicted_collectives(settings: Settings) -> tuple[str, ...]:
     return tuple(name for name in COLLECTIVES if name in chosen)
 
 
-def _nsga2(settings: Settings) -> RatioPolicy:
-    modelled = [name for name in predicted_collectives(settings) if COLLECTIVES[name].gain]
-    if not modelled:
-        raise ConfigError(
-            "cr-schedule = 'nsga2' weighs a collective's gain, which it models for "
-            f"{', '.join(n for n, c in COLLECTIVES.items() if c.gain)}; "
-            f"collective = {settings.collective!r} has no gain model"
-        )
-    return Nsga2Ratio(
-        initial_ratio=settings.compression_ratio,
-        cr_min=settings.cr_min,
-        cr_max=settings.cr_max,
-        warmup_rounds=settings.cr_warmup_rounds,
-        population=settings.cr_population,
-        generations=settings.cr_generations,
-        seed=settings.seed,
-        selection=settings.cr_selection,
-        weight_time=settings.cr_weight_time,
-        progress_exponent=settings.cr_progress_exponent,
-        ratio_ramp=settings.cr_ratio_ramp,
-        collectives=tuple(modelled),
-    )
-
-
-# cr-schedule -> the ratio policy of a compressed collective
-CR_SCHEDULES: dict[str, Callable[[Settings], RatioPolicy]] = {
-    "fixed": lambda s: FixedRatio(s.compression_ratio),
-    "nsga2": _nsga2,
-}
-
-
 def ratio_policy(settings: Settings) -> RatioPolicy:
     """Dense rounds send everything; adaptive-delta > 0 replaces the fixed schedule."""
     if settings.strategy == "dense":
@@ -104,7 +73,8 @@ def ratio_policy(settings: Settings) -> RatioPolicy:
     if settings.adaptive_delta > 0:
         policy = AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
     else:
-        policy = CR_SCHEDULES[settings.cr_schedule](settings)
+        modelled = tuple(n for n in predicted_collectives(settings) if COLLECTIVES[n].gain)
+        policy = CR_SCHEDULES[settings.cr_schedule](settings, modelled)
     if settings.sparsity_warmup_rounds:
         policy = SparsityWarmUp(policy, settings.sparsity_warmup_rounds)
     return policy

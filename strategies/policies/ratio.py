@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
 import numpy as np
 
+from common.settings import ConfigError, Settings
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.round_times import RoundTimes
 from wire.messages import CompressionConfig, TrainReply
@@ -48,6 +50,10 @@ class FixedRatio:
     def __init__(self, ratio: float) -> None:
         self.ratio = ratio
 
+    @classmethod
+    def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> FixedRatio:
+        return cls(settings.compression_ratio)
+
     def choose(self, server_round: int, times: RoundTimes) -> float:
         return self.ratio
 
@@ -71,6 +77,29 @@ class Nsga2Ratio:
         from strategies.policies.nsga2 import Nsga2Schedule
 
         self.schedule = Nsga2Schedule(**schedule)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> Nsga2Ratio:
+        """``collectives``: the run's that the schedule models the gain of (its fronts)."""
+        if not collectives:
+            raise ConfigError(
+                "cr-schedule = 'nsga2' weighs a collective's gain, which collective = "
+                f"{settings.collective!r} has no model of"
+            )
+        return cls(
+            initial_ratio=settings.compression_ratio,
+            cr_min=settings.cr_min,
+            cr_max=settings.cr_max,
+            warmup_rounds=settings.cr_warmup_rounds,
+            population=settings.cr_population,
+            generations=settings.cr_generations,
+            seed=settings.seed,
+            selection=settings.cr_selection,
+            weight_time=settings.cr_weight_time,
+            progress_exponent=settings.cr_progress_exponent,
+            ratio_ramp=settings.cr_ratio_ramp,
+            collectives=collectives,
+        )
 
     @property
     def preferred_collective(self) -> str | None:
@@ -168,3 +197,11 @@ class SparsityWarmUp:
 
     def record(self) -> dict[str, Any]:
         return self.inner.record()
+
+
+# cr-schedule -> the ratio policy of a compressed collective, from the settings and the
+# collectives whose gain the schedules model (strategies/collectives: ``gain``)
+CR_SCHEDULES: dict[str, Callable[[Settings, tuple[str, ...]], RatioPolicy]] = {
+    "fixed": FixedRatio.from_settings,
+    "nsga2": Nsga2Ratio.from_settings,
+}
