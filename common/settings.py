@@ -443,10 +443,18 @@ class Settings:
             raise ConfigError(
                 f"min-clients ({self.min_clients}) exceeds num-clients ({self.num_clients})"
             )
-        if self.compressor != "topk" and self.collective == "powersgd":
+        low_rank = self.collective == "powersgd" or (
+            self.collective == "auto" and "powersgd" in self.auto_collectives.split(",")
+        )
+        if low_rank and self.compressor != "topk":
             raise ConfigError(
-                f"compressor = {self.compressor!r} encodes Top-k values; collective = 'powersgd' "
+                f"compressor = {self.compressor!r} encodes Top-k values; collective 'powersgd' "
                 "sends its factors as float32 (compressor = 'topk')"
+            )
+        if low_rank and self.adaptive_delta > 0:
+            raise ConfigError(
+                "adaptive-delta votes on the residual share Top-k leaves; collective "
+                "'powersgd' leaves another (adaptive-delta = 0 with it)"
             )
         if self.compressor != "topk" and self.topology != "star":
             raise ConfigError(

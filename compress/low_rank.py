@@ -89,9 +89,12 @@ def blocks(layout: Layout, always_sent: Indices) -> tuple[list[Block], Indices]:
 
 
 def rank_for(ratio: float, rows: int, cols: int) -> int:
-    """The rank whose two factors are at most ``ratio`` of the matrix (at least 1)."""
+    """The rank whose two factors are at most ``ratio`` of the matrix (at least 1); at ratio
+    1 (a dense round) the full rank, which sends the update whole."""
     if not 0.0 < ratio <= 1.0:
         raise ValueError(f"compression ratio must be in (0, 1], got {ratio}")
+    if ratio == 1.0:
+        return min(rows, cols)
     return max(1, min(rows, cols, math.floor(ratio * rows * cols / (rows + cols))))
 
 
@@ -107,13 +110,12 @@ def first_factor(matrix: Matrix, q: Matrix) -> Matrix:
 
 
 def orthonormalise(p: Matrix) -> Matrix:
-    """Orthonormal columns spanning ``p``'s, in float64 so that every machine gets the same P̂
-    to the last bits float64 keeps (LAPACK's QR may flip a column's sign from one CPU to
-    another): Gram-Schmidt, each column taken twice against the ones before it ("twice is
-    enough"). A column that is (up to float32's rounding of P) a combination of the ones before
-    it becomes zero instead of a unit vector of rounding noise: an update's factors are often
-    rank-deficient (a classifier's output rows sum to zero), and a noise column would not be
-    orthogonal to the rest. P̂ P̂ᵀ stays a projection onto the span of ``p``."""
+    """Orthonormal columns spanning ``p``'s: Gram-Schmidt in float64, each column taken twice
+    against the ones before it ("twice is enough"). A column that is (up to float32's rounding
+    of P) a combination of the ones before it becomes zero instead of a unit vector of rounding
+    noise: an update's factors are often rank-deficient (a classifier's output rows sum to
+    zero), and a noise column would not be orthogonal to the rest. P̂ P̂ᵀ stays a projection:
+    onto the span of ``p`` less the directions below ``DEPENDENT_COLUMN`` of its largest."""
     out = np.array(p, dtype=np.float64)
     floor = DEPENDENT_COLUMN * float(np.linalg.norm(out, axis=0).max(initial=0.0))
     for i in range(out.shape[1]):

@@ -65,7 +65,7 @@ NEW_SETTINGS = {
     "short-polls": False,
     "packed-messages": True,
     "powersgd-rank": 0,
-    "auto-collectives": "allreduce,allgather",  # pinned (RECORDED_DEFAULTS)
+    "auto-collectives": "allreduce,allgather",
     "wake-broker": "",
     "sparsity-warmup-rounds": 0,
     "synthetic-alpha": 1.0,
@@ -77,9 +77,8 @@ NEW_SETTINGS = {
 RECORD = os.environ.get("EDGEFLEX_RECORD_GOLDEN") == "1"
 # Defaults that moved on purpose after the records were made, given back to every case so that
 # the records keep checking the same code paths: cr-progress-exponent 0.5 -> 0.25 (issue 17),
-# and back to 0.5 (issue 35, chosen on validation), where it stays pinned; auto-collectives
-# gained powersgd (issue 38).
-RECORDED_DEFAULTS = "cr-progress-exponent=0.5 auto-collectives=allreduce,allgather"
+# and back to 0.5 (issue 35, chosen on validation), where it stays pinned.
+RECORDED_DEFAULTS = "cr-progress-exponent=0.5"
 
 SMALL = "num-clients=4 num-server-rounds=4 seed=3"
 NSGA2 = "cr-schedule=nsga2 cr-warmup-rounds=2 cr-population=8 cr-generations=4"

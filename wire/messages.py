@@ -225,7 +225,11 @@ class ReplicaPayload:
         elif self.kind == DELTA:
             assert self.delta is not None or self.compact is not None
             config[BASE_VERSION] = self.version - 1
-            content[DELTA_KEY] = self.compact or self.delta.to_record()  # type: ignore[union-attr]
+            if self.compact is not None:
+                content[DELTA_KEY] = self.compact
+            else:
+                assert self.delta is not None
+                content[DELTA_KEY] = self.delta.to_record()
         elif self.kind == PATCH:
             assert self.patch is not None
             config[BASE_VERSION] = self.base_version
@@ -275,7 +279,8 @@ class TrainInstruction:
     index_set: Indices | None = None  # Allreduce with a one-phase index policy
     size: int = 0  # the model's length (for the index set's encoding)
     hint_count: int = 0  # with an index set: the residual indices to report (residual-hints)
-    # the collective's own records (``round_records``: PowerSGD's warm-start Q)
+    # the collective's own records (``round_records``: PowerSGD's warm-start Q), sent with
+    # the content; a client's collective reads them from the content (``ClientRound.content``)
     records: Mapping[str, ArrayRecord] = dataclasses.field(default_factory=dict)
 
     @classmethod

@@ -252,6 +252,10 @@ class Combine:
     participants: list[Participant]
     phase: str | None
     positions: Indices | None = None
+    # False: combine without screening, leaving out only the partitions the defence already
+    # judged against; for contributions whose senders' next ones are screened (PowerSGD's
+    # P_i: their (Q_i, dense) vectors are), so that a screen sees one vector a round
+    judge: bool = True
 
 
 @dataclass(frozen=True)
@@ -284,10 +288,13 @@ def screen(
 
 
 def combine(
-    participants: list[Participant], phase: str | None, positions: Indices | None = None
+    participants: list[Participant],
+    phase: str | None,
+    positions: Indices | None = None,
+    judge: bool = True,
 ) -> Generator[Request, Replies | Defended, Defended]:
     """The defence's combination (``defended = yield from combine(...)``)."""
-    answer = yield Combine(participants, phase, positions)
+    answer = yield Combine(participants, phase, positions, judge)
     assert isinstance(answer, Defended)
     return answer
 
@@ -298,7 +305,10 @@ def defend(
     """The strategy's answer to a program's Screen or Combine: where every collective's
     contributions meet the defence. ``screened_phases``: this round's, so far."""
     kept = request.participants
-    if request.phase not in screened_phases:
+    if isinstance(request, Combine) and not request.judge:
+        distrusted = defence.refusing()
+        kept = [p for p in kept if p.partition_id not in distrusted]
+    elif request.phase not in screened_phases:
         kept = screened(plan, defence, kept, request.phase, request.positions)
         screened_phases.add(request.phase)
     if isinstance(request, Screen) or not kept:

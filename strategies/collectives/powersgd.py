@@ -5,18 +5,22 @@ model (vectors, the always-sent buffers) dense; compress/low_rank.py has the mat
 which is which. ``train``: the instruction carries Q (``WARM_Q_KEY``: the last round's
 aggregated Q, the warm start, in the first round a seeded draw), every client trains, holds
 e = update + residual and sends P_i = M_i Q per matrix with e's dense positions. The server
-averages the P_i by the aggregation weights and orthonormalises the mean: P̂. ``q``: P̂ goes to
+combines the P_i by the aggregation weights and orthonormalises the mean: P̂. ``q``: P̂ goes to
 every participant (``P_HAT_KEY``), each sends Q_i = M_iᵀ P̂ and keeps M_i - P̂ Q_iᵀ as its
 residual (the dense positions were sent whole: their residual is 0). The update is P̂ Qᵀ with Q
 the combined Q_i, and the combined dense values.
 
-The defence judges and combines each client's (Q_i, dense values): with P̂ orthonormal that
-vector has the norm and the pairwise cosines of the client's contribution P̂ Q_iᵀ + dense, and
-the contributions share coordinates, so the coordinatewise defences apply too.
+The defence meets each exchange. It combines the P_i into the mean P̂ is made of (a hostile
+P_i would otherwise choose the subspace), leaving out the partitions it has judged against;
+it screens and combines each client's (Q_i, dense values), which with P̂ orthonormal has the
+norm and the pairwise cosines of the client's contribution P̂ Q_iᵀ + dense: a screen sees one
+vector a client a round, as with the other collectives. Both exchanges' vectors share
+coordinates across clients, so the coordinatewise defences apply too.
 
 Rank: ``powersgd-rank`` when set, else from the round's compression ratio by
-``low_rank.rank_for`` (r = floor(c·rows·cols / (rows + cols)), 1 to min(rows, cols)), so the
-ratio schedules keep choosing c. Values travel as float32 (no value compressor).
+``low_rank.rank_for`` (r = floor(c·rows·cols / (rows + cols)), 1 to min(rows, cols); at c = 1
+the full rank), so the ratio schedules keep choosing c. Values travel as float32 (no value
+compressor).
 """
 
 from __future__ import annotations
@@ -57,9 +61,15 @@ from strategies.collectives.cost import (
     transfer_s,
     tree_allreduce,
 )
-from strategies.collectives.maths import weighted_average
-from wire.codec import PayloadError, decode_values, raw_array, read_raw, values_record
-from wire.keys import SPARSE_KEY, TRAIN
+from wire.codec import (
+    PayloadError,
+    decode_values,
+    index_nbytes,
+    raw_array,
+    read_raw,
+    values_record,
+)
+from wire.keys import SPARSE_KEY, TRAIN, VALUES
 from wire.layout import Layout
 from wire.messages import PhaseReply, PhaseRequest, TrainReply, required_sparse
 from wire.nbytes import content_nbytes
@@ -72,6 +82,7 @@ RANKS = "ranks"
 PENDING_KEY = "powersgd-pending"  # e, held between the two exchanges
 SHAPE_KEY = "powersgd-shape"  # the round's blocks and ranks, held between them
 TABLE = "table"
+ROUND = "round"  # the round whose training the held update is of
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -81,9 +92,18 @@ def factors_record(ranks: Sequence[int], factors: list[Matrix]) -> ArrayRecord:
     return ArrayRecord(
         {
             RANKS: raw_array(np.asarray(ranks, dtype="<i8")),
-            "values": raw_array(low_rank.flat(factors).astype("<f4")),
+            VALUES: raw_array(low_rank.flat(factors).astype("<f4")),
         }
     )
+
+
+def exact_values(record: ArrayRecord, count: int, also: frozenset[str] = frozenset()) -> Vector:
+    """``count`` finite float32 values, in a record that carries nothing else (``also``: the
+    other arrays it must hold): an array nobody reads would still be received and charged."""
+    if set(record) != {VALUES} | also:
+        names = ", ".join(sorted(set(record)))
+        raise PayloadError(f"arrays {names}, expected {', '.join(sorted({VALUES} | also))}")
+    return decode_values(record, count)
 
 
 def _warm_start(job: ClientRound) -> tuple[FactorShape, list[Matrix]]:
@@ -96,7 +116,7 @@ def _warm_start(job: ClientRound) -> tuple[FactorShape, list[Matrix]]:
     if ranks.size != len(matrices):
         raise PayloadError(f"{ranks.size} ranks for {len(matrices)} matrices")
     shape = FactorShape.of(matrices, dense, job.layout.size, [int(r) for r in ranks])
-    return shape, shape.split_q(decode_values(record, shape.q_count))
+    return shape, shape.split_q(exact_values(record, shape.q_count, frozenset({RANKS})))
 
 
 def _train(job: ClientRound) -> ClientPayload:
@@ -104,10 +124,16 @@ def _train(job: ClientRound) -> ClientPayload:
     stays the residual until the second exchange takes its share)."""
     shape, warm_q = _warm_start(job)
     memory = ErrorFeedback.from_state(job.state, job.update.size)
-    compensated = memory.compensate(job.update, job.error_feedback_clip, job.always_sent)
+    whole = np.union1d(job.always_sent, shape.dense)  # sent as they are: a clip leaves them
+    compensated = memory.compensate(job.update, job.error_feedback_clip, whole)
     ErrorFeedback(compensated).to_state(job.state)  # nothing has left yet
     store_vector(job.state, PENDING_KEY, compensated)
-    job.state[SHAPE_KEY] = ArrayRecord({TABLE: raw_array(shape.to_table().astype("<i8").ravel())})
+    job.state[SHAPE_KEY] = ArrayRecord(
+        {
+            TABLE: raw_array(shape.to_table().astype("<i8").ravel()),
+            ROUND: raw_array(np.array([job.instruction.round.server_round], dtype="<i8")),
+        }
+    )
     p = [
         low_rank.first_factor(b.of(compensated), q)
         for b, q in zip(shape.blocks, warm_q, strict=True)
@@ -122,12 +148,18 @@ def _second(action: ClientAction) -> ArrayRecord:
     table = action.state.get(SHAPE_KEY)
     if held is None or not isinstance(table, ArrayRecord):
         raise ValueError("q request without a compensated update from this round's training")
+    (trained_in,) = read_raw(table, ROUND, "int64")
+    if trained_in != action.request.server_round:  # a late request: nothing is touched
+        raise ValueError(
+            f"q request of round {action.request.server_round}, but the update held is of "
+            f"round {trained_in}"
+        )
     rows = read_raw(table, TABLE, "int64").astype(np.int64).reshape(-1, 4)
     shape = FactorShape.from_table(rows, held.size)
     record = action.content.array_records.get(P_HAT_KEY)
     if record is None:
         raise PayloadError(f"ArrayRecord {P_HAT_KEY!r} is missing")
-    p_hat = shape.split_p(decode_values(record, shape.p_count))
+    p_hat = shape.split_p(exact_values(record, shape.p_count))
     residual = held.copy()
     residual[shape.dense] = 0.0
     own_q = []
@@ -156,17 +188,32 @@ class PowerSgd:
 
     @classmethod
     def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> PowerSgd:
-        return cls(layout, always_sent, settings.seed, settings.powersgd_rank)
+        # The replicas get factors when the step applied is the aggregate itself (FedAvg's
+        # step at rate 1, the clients' statistics); else the whole update (strategies/replicas)
+        as_aggregated = (
+            settings.server_optimizer == "sgd"
+            and settings.server_learning_rate == 1.0
+            and settings.batch_norm_statistics == "averaged"
+        )
+        return cls(layout, always_sent, settings.seed, settings.powersgd_rank, as_aggregated)
 
     @staticmethod
     def client_train(job: ClientRound) -> ClientPayload:
         return _train(job)
 
-    def __init__(self, layout: Layout, always_sent: Indices, seed: int, rank: int = 0) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        always_sent: Indices,
+        seed: int,
+        rank: int = 0,
+        factored_deltas: bool = True,
+    ) -> None:
         self.matrices, self.dense = low_rank.blocks(layout, always_sent)
         self.size = layout.size
         self.seed = seed
         self.rank = rank  # 0: from the round's compression ratio
+        self.factored_deltas = factored_deltas  # what the prediction assumes the replicas get
         self.last_q: list[Matrix | None] = [None] * len(self.matrices)  # aggregated, per block
 
     def shape(self, ratio: float) -> FactorShape:
@@ -180,13 +227,17 @@ class PowerSgd:
 
     def warm_q(self, shape: FactorShape) -> list[Matrix]:
         """The last aggregated Q of each matrix at this round's rank: its first columns, and
-        seeded new ones where the rank grew (every client gets the same)."""
+        seeded new ones where the rank grew or a column died (a column of P̂ zeroed as
+        dependent gives a zero column of Q, which would keep P's column zero for good).
+        Every client gets the same."""
         out = []
         for block, rank, last in zip(shape.blocks, shape.ranks, self.last_q, strict=True):
             drawn = low_rank.initial_q(block.cols, rank, self.seed)
             if last is not None:
-                kept = min(rank, last.shape[1])
-                drawn[:, :kept] = last[:, :kept]
+                kept = last[:, : min(rank, last.shape[1])]
+                norms = np.linalg.norm(kept, axis=0)
+                alive = norms > low_rank.DEPENDENT_COLUMN * norms.max(initial=0.0)
+                drawn[:, : kept.shape[1]][:, alive] = kept[:, alive]
             out.append(drawn)
         return out
 
@@ -206,7 +257,7 @@ class PowerSgd:
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector:
         """P_i per matrix, then the dense values."""
         shape = self.shape(plan.ratio)
-        return decode_values(required_sparse(reply.sparse), shape.p_count + shape.dense.size)
+        return exact_values(required_sparse(reply.sparse), shape.p_count + shape.dense.size)
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if not participants:
@@ -216,18 +267,24 @@ class PowerSgd:
     def _exchange_q(
         self, plan: RoundPlan, participants: list[Participant], shape: FactorShape
     ) -> Program:
-        sent = {p.node_id: p.contribution for p in participants}  # P_i, then dense values
-        mean_p = weighted_average(
-            [v[: shape.p_count] for v in sent.values()],  # type: ignore[index]
-            plan.weights(participants),
-        )
-        p_hat = [low_rank.orthonormalise(p) for p in shape.split_p(mean_p)]
+        sent: dict[int, Vector] = {}  # P_i, then the dense values
+        for p in participants:
+            assert isinstance(p.contribution, np.ndarray)
+            sent[p.node_id] = p.contribution
+            p.contribution = p.contribution[: shape.p_count]
+        # P̂ is the defence's combination of the P_i (a hostile P_i would choose the subspace),
+        # unscreened: the same clients' (Q_i, dense) vectors are screened, one a round
+        defended = yield from combine(participants, TRAIN, _where(shape, "p"), judge=False)
+        if defended.combined is None:
+            return Aggregate([], None)
+        participants = defended.participants  # the refused are asked for no Q_i
+        p_hat = [low_rank.orthonormalise(p) for p in shape.split_p(defended.combined)]
         content = PhaseRequest(plan.server_round, plan.ratio).to_content()
         content[P_HAT_KEY] = values_record(low_rank.flat(p_hat))
 
         def read(p: Participant, msg: Message) -> Vector:
-            own_q = decode_values(PhaseReply.sparse_of(msg.content), shape.q_count)
-            return np.concatenate([own_q, sent[p.node_id][shape.p_count :]])  # type: ignore[index]
+            own_q = exact_values(PhaseReply.sparse_of(msg.content), shape.q_count)
+            return np.concatenate([own_q, sent[p.node_id][shape.p_count :]])
 
         replies = yield from exchange(
             [
@@ -237,7 +294,7 @@ class PowerSgd:
         )
         bytes_down = content_nbytes(content)
         accepted = phase_replies(plan, participants, Q_ACTION, bytes_down, replies, read)
-        defended = yield from combine(accepted, Q_ACTION, self._positions(shape))
+        defended = yield from combine(accepted, Q_ACTION, _where(shape, "q"))
         combined = defended.combined
         if combined is None:
             return Aggregate([], None)
@@ -248,12 +305,17 @@ class PowerSgd:
         return Aggregate(accepted, factored.to_sparse(), compact=factored)
 
     def star_round_s(self, outlook: Outlook) -> float:
-        """Two exchanges. ``train``: down the last update as factors and this round's Q,
-        compute, up P_i and the dense values; ``q``: down P̂, up Q_i. 4 bytes a value."""
+        """Two exchanges. ``train``: down the last update (as factors, or whole when the
+        server's step is not the aggregate itself) and this round's Q, compute, up P_i and the
+        dense values; ``q``: down P̂, up Q_i. 4 bytes a value."""
         shape = self.shape(outlook.ratio)
         p, q, dense, table = shape.p_count, shape.q_count, shape.dense.size, 32 * len(shape.blocks)
         ov = MESSAGE_OVERHEAD_BYTES
-        down = 4 * (p + 2 * q + dense) + 2 * table + ov
+        if self.factored_deltas:
+            delta = 4 * (p + q + dense) + table
+        else:
+            delta = 4 * self.size + index_nbytes(self.size, self.size)
+        down = delta + 4 * q + table + ov
         train = max(
             transfer_s(link, down, False) + c + transfer_s(link, 4 * (p + dense) + ov, True)
             for link, c in zip(outlook.links, outlook.compute_s, strict=True)
@@ -274,11 +336,15 @@ class PowerSgd:
         first = 4 * (shape.p_count + shape.dense.size)
         return allreduce(n, first, link) + allreduce(n, 4 * shape.q_count, link)
 
-    def _positions(self, shape: FactorShape) -> Indices:
-        """Where each entry of a (Q_i, dense) vector sits in the model: a Q entry in its matrix
-        (never a buffer), a dense value at its position (the defence leaves buffers out)."""
-        starts = [
-            np.full(b.cols * r, b.start, dtype=np.int64)
-            for b, r in zip(shape.blocks, shape.ranks, strict=True)
-        ]
-        return np.concatenate([*starts, shape.dense])
+
+def _where(shape: FactorShape, side: str) -> Indices:
+    """Where each entry of a client's P_i (``side`` "p") or (Q_i, dense values) (``side``
+    "q") sits in the model: a factor's entry in its matrix (never a buffer), a dense value at
+    its position (the defence leaves buffers out of its comparisons)."""
+    lengths = {"p": [b.rows for b in shape.blocks], "q": [b.cols for b in shape.blocks]}[side]
+    factors = [
+        np.full(length * rank, block.start, dtype=np.int64)
+        for block, length, rank in zip(shape.blocks, lengths, shape.ranks, strict=True)
+    ]
+    dense = [shape.dense] if side == "q" else []
+    return np.concatenate([*factors, *dense]) if factors or dense else np.zeros(0, np.int64)

@@ -77,10 +77,11 @@ def test_warm_started_rank_one_rounds_reach_the_best_rank_one_matrix() -> None:
 
 
 def test_the_rank_keeps_to_the_ratio_and_shapes_map_to_matrices() -> None:
-    for ratio, rows, cols in ((0.01, 64, 64), (0.1, 64, 32), (0.5, 10, 10), (1.0, 3, 7)):
+    for ratio, rows, cols in ((0.01, 64, 64), (0.1, 64, 32), (0.5, 10, 10), (0.9, 3, 7)):
         rank = rank_for(ratio, rows, cols)
         assert 1 <= rank <= min(rows, cols)
         assert rank == 1 or rank * (rows + cols) <= ratio * rows * cols
+    assert rank_for(1.0, 100, 40) == 40  # a dense round sends the update whole
     assert rank_for(0.1, 64, 32) == 2  # floor(0.1 x 2048 / 96) = floor(2.13)
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
         rank_for(0.0, 4, 4)

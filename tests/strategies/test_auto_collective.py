@@ -159,7 +159,11 @@ def test_auto_takes_powersgd_where_its_predicted_round_is_the_shortest() -> None
     downlink that does not grow with the clients' union) make the shortest round; from round
     37 (1 Mbit/s, 1 ms) Allreduce's values-only exchanges do. Every round after the first
     three takes the collective of least predicted time, and the records show each prediction."""
-    stats = _auto_run({"compression_ratio": 0.1}, rounds=39, clients=4)
+    stats = _auto_run(
+        {"compression_ratio": 0.1, "auto_collectives": "allreduce,allgather,powersgd"},
+        rounds=39,
+        clients=4,
+    )
     assert [stats[r].collective for r in (1, 2, 3)] == ["allreduce", "allgather", "powersgd"]
     for r in range(4, 40):
         predicted = stats[r].predicted

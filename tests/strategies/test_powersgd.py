@@ -4,19 +4,23 @@ full rank and trains at low rank."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import RecordDict
+from flwr.app import Message, RecordDict
 
 from compress import low_rank
 from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
+from scripts.in_process import InProcessGrid
 from strategies.collectives.base import ClientAction, ClientRound
-from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, PowerSgd
+from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from tests.helpers import assert_replicas_hold_the_model_before_last
 from tests.strategies.test_topk_federation import _run, _settings
-from wire.codec import decode_values, values_record
+from wire.codec import decode_values, raw_array, values_record
+from wire.keys import SPARSE_KEY, VALUES
 from wire.layout import Layout
 from wire.messages import PhaseRequest
 
@@ -39,7 +43,7 @@ def test_update_is_what_was_sent_plus_the_new_residual() -> None:
     job = ClientRound(
         state,
         update,
-        SimpleNamespace(compression=SimpleNamespace(ratio=0.5)),  # type: ignore[arg-type]
+        SimpleNamespace(round=SimpleNamespace(server_round=1)),  # type: ignore[arg-type]
         LAYOUT,
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
@@ -67,21 +71,55 @@ def test_update_is_what_was_sent_plus_the_new_residual() -> None:
     assert np.linalg.norm(residual) > 0.1  # rank 2 of 4: something was held back
 
 
+def test_a_q_request_of_another_round_is_refused_and_leaves_the_state() -> None:
+    state = RecordDict()
+    server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=1)
+    job = ClientRound(
+        state,
+        np.ones(LAYOUT.size, dtype=np.float32),
+        SimpleNamespace(compression=None, round=SimpleNamespace(server_round=2)),  # type: ignore[arg-type]
+        LAYOUT,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        content=RecordDict(server.round_records(0.5)),
+    )
+    PowerSgd.client_train(job)
+    before = {key: state[key] for key in state}
+    late = ClientAction(state, PhaseRequest(1, 0.5), RecordDict(), None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="q request of round 1, but the update held is of round 2"):
+        PowerSgd.client_actions[Q_ACTION](late)
+    assert {key: state[key] for key in state} == before
+
+
 def test_a_q_request_without_its_training_is_refused() -> None:
     action = ClientAction(RecordDict(), PhaseRequest(1, 0.5), RecordDict(), None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="without a compensated update"):
         PowerSgd.client_actions[Q_ACTION](action)
 
 
-def test_at_full_rank_one_round_is_the_dense_round() -> None:
-    dense, _, _ = _run(_settings(strategy="dense"), rounds=1)
+def test_at_full_rank_the_rounds_are_the_dense_rounds() -> None:
+    """Round after round: the update factors are rank-deficient (P̂ drops dependent columns),
+    and the warm start draws those columns anew instead of keeping them zero."""
+    dense, _, _ = _run(_settings(strategy="dense"), rounds=3)
     full, strategy, _ = _run(
-        _settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=1
+        _settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=3
     )
-    stats = strategy.stats[1]
+    stats = strategy.stats[3]
     assert stats.num_clients == 3 and not stats.refused
     assert [phase["name"] for phase in stats.phases] == ["train", Q_ACTION]
-    np.testing.assert_allclose(full, dense, atol=2e-5)
+    np.testing.assert_allclose(full, dense, atol=5e-5)
+
+
+def test_a_dead_column_of_the_last_q_is_drawn_anew() -> None:
+    server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=3)
+    shape = server.shape(1.0)
+    server.last_q = [np.ones((b.cols, 3), dtype=np.float32) for b in shape.blocks]
+    server.last_q[0][:, 1] = 0.0  # P̂'s column 1 was dependent last round
+    warm = server.warm_q(shape)
+    drawn = low_rank.initial_q(shape.blocks[0].cols, 3, seed=1)
+    np.testing.assert_array_equal(warm[0][:, 1], drawn[:, 1])
+    np.testing.assert_array_equal(warm[0][:, [0, 2]], 1.0)
+    np.testing.assert_array_equal(warm[1], 1.0)
 
 
 def test_at_low_rank_it_trains_and_every_replica_holds_the_model() -> None:
@@ -137,3 +175,76 @@ def test_factors_from_a_hostile_sender_are_refused_with_a_reason() -> None:
     for reason, record in cases.items():
         with pytest.raises(ValueError, match=reason):
             Factored.from_record(record, LAYOUT.size)
+
+
+class RewriteFirst(InProcessGrid):
+    """The in-process federation with ``rewrite`` applied to the first reply of the first
+    exchange of type ``message_type``: one hostile client, once."""
+
+    def __init__(self, settings: Any, message_type: str, rewrite: Any) -> None:
+        super().__init__(settings)
+        self.message_type, self.rewrite, self.done = message_type, rewrite, False
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        messages = list(messages)
+        replies = super().send_and_receive(messages, timeout=timeout)
+        if not self.done and messages and messages[0].metadata.message_type == self.message_type:
+            self.rewrite(replies[0].content)
+            self.done = True
+        return replies
+
+
+def _extra_array(content: RecordDict) -> None:
+    content.array_records[SPARSE_KEY]["junk"] = raw_array(np.ones(1000, dtype=np.float32))
+
+
+def _nan_values(content: RecordDict) -> None:
+    record = content.array_records[SPARSE_KEY]
+    count = record[VALUES].shape[0]
+    record[VALUES] = raw_array(np.full(count, np.nan, dtype=np.float32))
+
+
+def _short_values(content: RecordDict) -> None:
+    content.array_records[SPARSE_KEY][VALUES] = raw_array(np.ones(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    ("message_type", "rewrite", "reason"),
+    [
+        ("train", _extra_array, "arrays junk, values, expected values"),
+        ("train", _short_values, "3 values, expected"),
+        (TRAIN_Q, _nan_values, "NaN"),
+        (TRAIN_Q, _extra_array, "arrays junk, values, expected values"),
+        (TRAIN_Q, _short_values, "3 values, expected"),
+    ],
+)
+def test_a_hostile_reply_in_either_exchange_is_refused_and_the_round_goes_on(
+    message_type: str, rewrite: Any, reason: str
+) -> None:
+    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    final, strategy, _ = _run(
+        settings, rounds=2, grid=RewriteFirst(settings, message_type, rewrite)
+    )
+    first = strategy.stats[1]
+    assert first.num_clients == 2, first.refused
+    (refused,) = first.refused
+    assert reason in refused
+    assert strategy.stats[2].num_clients == 3 and np.isfinite(final).all()
+
+
+def test_settings_that_do_not_fit_powersgd_are_refused_before_the_run() -> None:
+    from common.settings import ConfigError, settings_with
+    from server.build import auto_candidates, ratio_policy
+
+    low_rank_auto = {"collective": "auto", "auto_collectives": "allgather,powersgd"}
+    with pytest.raises(ConfigError, match="sends its factors as float32"):
+        settings_with(strategy="topk", compressor="topk-q8", **low_rank_auto)
+    with pytest.raises(ConfigError, match="adaptive-delta votes"):
+        settings_with(strategy="topk", collective="powersgd", adaptive_delta=0.5)
+    assert settings_with(strategy="topk", collective="powersgd", robust="median").robust
+    with pytest.raises(ConfigError, match="name each of allgather, allreduce, powersgd"):
+        auto_candidates(settings_with(collective="auto", auto_collectives="powersgd,ring"))
+    with pytest.raises(ConfigError, match="has no model of"):
+        ratio_policy(settings_with(strategy="topk", collective="powersgd", cr_schedule="nsga2"))
