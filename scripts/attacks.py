@@ -47,7 +47,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from common.settings import Settings
-from scripts.in_process import InProcessGrid, run_server_app
+from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
 from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.codec import raw_array
 from wire.keys import (
@@ -308,9 +308,7 @@ class AttackGrid(InProcessGrid):
 def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     """One (mode, attack or None, defence, seed) run; its final and best accuracy."""
     mode, attack, defence, seed, _ = job
-    from flwr.supercore.task_identity import TaskIdentity
-
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
+    set_task_identity()
     logging.getLogger("flwr").setLevel(logging.ERROR)
     results = _results(job)
     text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"

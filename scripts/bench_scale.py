@@ -25,7 +25,7 @@ from typing import Any
 
 from flwr.app import ArrayRecord, RecordDict
 
-from scripts.in_process import InProcessGrid, run_server_app
+from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
 from scripts.peak_rss import SAMPLE_S, PeakRss
 from scripts.round_overhead import per_round_wall_s
 from scripts.run_simulation import format_overrides, resolve_settings
@@ -54,9 +54,7 @@ def state_bytes(state: RecordDict) -> int:
 
 def client_state_bytes(mode: dict[str, Any], tmp: Path) -> int:
     """One client's ``context.state`` after two rounds, in process (3 clients, all training)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = 1  # type: ignore[attr-defined]
+    set_task_identity()
     overrides = COMMON | mode | {"num-clients": 3, "num-server-rounds": 2}
     grid = InProcessGrid(resolve_settings(overrides | {"results-dir": str(tmp)}))
     run_server_app(grid)

@@ -48,13 +48,11 @@ CASES = {
 
 
 def spread(name: str) -> tuple[str, float, float, float, float]:
-    from flwr.supercore.task_identity import TaskIdentity
-
     import strategies.collectives.allreduce as allreduce
-    from scripts.in_process import InProcessGrid, run_server_app
+    from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
     from scripts.run_simulation import parse_overrides, resolve_settings
 
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
+    set_task_identity()
     logging.getLogger("flwr").setLevel(logging.ERROR)
     ratios: list[float] = []
     shares: list[float] = []

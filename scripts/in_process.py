@@ -10,10 +10,18 @@ from collections.abc import Iterable
 
 from flwr.app import Context, Message, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.supercore.task_identity import TaskIdentity
 
 from client import app as client_app
 from common.settings import Settings
 from server import app as server_app
+
+
+def set_task_identity() -> None:
+    """What a running federation sets and ``Message()`` reads (Flower 1.42's ``TaskIdentity``):
+    a script that drives the in-process federation outside pytest sets it once (the tests use
+    the ``task_identity`` fixture)."""
+    TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = 1  # type: ignore[attr-defined]
 
 
 def _wire_copy(content: RecordDict) -> RecordDict:
