@@ -50,18 +50,17 @@ class Replicas:
         """One payload per node; nodes of the same kind (and patch base) share one object."""
         shared = {
             FULL: ReplicaPayload(FULL, self.version, full=model),
-            DELTA: ReplicaPayload(
-                DELTA,
-                self.version,
-                delta=self.last_delta,
-                compact=None if self.last_compact is None else self.last_compact.to_record(),
-            ),
             CURRENT: ReplicaPayload(CURRENT, self.version),
         }
         patches: dict[int, ReplicaPayload] = {}
         out = {}
         for node in sorted(node_ids):
             kind = self.kind_for(node)
+            if kind == DELTA and DELTA not in shared:  # encoded once, and only when sent
+                compact = None if self.last_compact is None else self.last_compact.to_record()
+                shared[DELTA] = ReplicaPayload(
+                    DELTA, self.version, delta=self.last_delta, compact=compact
+                )
             if kind == PATCH:
                 base = self._holds[node]
                 if base not in patches:
