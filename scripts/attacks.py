@@ -38,15 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tomllib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
-from common.settings import Settings
+from common.settings import PROJECT_ROOT, Settings
 from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
 from scripts.run_simulation import parse_overrides, resolve_settings
 from wire.codec import raw_array
@@ -73,42 +75,38 @@ COLLUDERS = {"collude-2": (100, 101), "collude-3": (100, 101, 102)}
 # without their data, so this is the best it can do. (A node that never answers costs the
 # round timeout, so those runs time out in 1 s: every other reply is in by then, in process.)
 ABSENT = {"absent-2": (100, 101)}
-COMMON = "num-clients=10 num-server-rounds=150"
-SAMPLED = "clients-per-round=4"
-MODES = {
-    "dense": "",
-    "allgather": "strategy=topk collective=allgather compression-ratio=0.01",
-    "allreduce-var": "strategy=topk collective=allreduce leader=var compression-ratio=0.01",
-    "dense-sampled": SAMPLED,
-    "allgather-sampled": f"strategy=topk collective=allgather compression-ratio=0.01 {SAMPLED}",
-    "allreduce-var-sampled": (
-        f"strategy=topk collective=allreduce leader=var compression-ratio=0.01 {SAMPLED}"
-    ),
-    "dense-injection": "injection-alpha=0.1 injection-beta=0.1",
-    "flagship": "configs/flagship.toml num-server-rounds=600",
-}
-COALITIONS = ("collude-2", "collude-3", "absent-2")
-DEFENCES = {
-    "dense": ("none", "clip", "clip-screen", "trimmed-mean", "median"),
-    "allgather": ("none", "clip", "clip-screen"),
-    "allreduce-var": ("none", "clip", "clip-screen", "median"),
-    "dense-sampled": ("clip-screen",),
-    "allgather-sampled": ("clip-screen",),
-    "allreduce-var-sampled": ("clip-screen",),
-    "dense-injection": ("none", "clip", "clip-screen"),
-    "flagship": ("clip-screen",),
-}
-SINGLE = ("scale", "huge-once", "flip", "examples", "restart")
-ATTACKS_OF_MODE = {
-    "dense": (*SINGLE, *COALITIONS),
-    "allgather": (*SINGLE, *COALITIONS),
-    "allreduce-var": ("var-claim", "var-pin", *SINGLE, *COALITIONS),
-    "dense-sampled": (*SINGLE, *COALITIONS),
-    "allgather-sampled": (*SINGLE, *COALITIONS),
-    "allreduce-var-sampled": ("var-claim", "var-pin", *SINGLE, *COALITIONS),
-    "dense-injection": ("inject",),
-    "flagship": ("batch-claim", "junk-record"),
-}
+GRID_FILE = PROJECT_ROOT / "configs" / "measure" / "attacks.toml"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One row of the attack grid (configs/attacks.toml)."""
+
+    overlay: str  # run config over the grid's ``common``
+    defences: tuple[str, ...]
+    attacks: tuple[str, ...]
+
+
+def load_grid(path: Path = GRID_FILE) -> tuple[str, dict[str, Mode]]:
+    """(common run config, modes) of an attack grid; an unknown key, attack or group is an
+    error that names the file and the key."""
+    spec = tomllib.loads(path.read_text())
+    known = {*ATTACKS, *COLLUDERS, *ABSENT}
+    groups = {name: tuple(attacks) for name, attacks in spec.get("groups", {}).items()}
+    for name, members in groups.items():
+        if unknown := sorted(set(members) - known):
+            raise SystemExit(f"{path}: groups.{name}: unknown attacks {unknown}")
+    modes = {}
+    for name, row in spec.get("modes", {}).items():
+        if extra := sorted(set(row) - {"overlay", "defences", "attacks"}):
+            raise SystemExit(f"{path}: modes.{name}: unknown keys {extra}")
+        attacks: list[str] = []
+        for entry in row.get("attacks", []):
+            if entry not in groups and entry not in known:
+                raise SystemExit(f"{path}: modes.{name}.attacks: unknown attack {entry!r}")
+            attacks.extend(groups.get(entry, (entry,)))
+        modes[name] = Mode(str(row.get("overlay", "")), tuple(row["defences"]), tuple(attacks))
+    return str(spec.get("common", "")), modes
 
 
 def _scaled(content: RecordDict, factor: float | None, value: float | None = None) -> RecordDict:
@@ -232,6 +230,9 @@ ATTACKS: dict[str, Callable[[RecordDict, int], RecordDict]] = {
     "junk-record": _junk,
     "restart": lambda c, r: _scaled(c, -10.0),
 }
+
+COMMON, MODES = load_grid()
+
 # attack -> after how many of its training replies the attacker comes back as a new node
 RESTARTS = {"restart": 4}
 
@@ -311,7 +312,7 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     set_task_identity()
     logging.getLogger("flwr").setLevel(logging.ERROR)
     results = _results(job)
-    text = f"{COMMON} {MODES[mode]} robust={defence} seed={seed} results-dir={results}"
+    text = f"{COMMON} {MODES[mode].overlay} robust={defence} seed={seed} results-dir={results}"
     if attack in ABSENT:
         text += " round-timeout-s=1"
     if not (results / "summary.json").exists():
@@ -338,11 +339,11 @@ def jobs(
     """Every (mode, attack, defence, seed) run asked for; ``None``: all of them."""
     return [
         (mode, attack, defence, seed, out)
-        for mode, mode_defences in DEFENCES.items()
+        for mode, row in MODES.items()
         if modes is None or mode in modes
-        for attack in (None, *ATTACKS_OF_MODE[mode])
+        for attack in (None, *row.attacks)
         if attacks is None or (attack or "clean") in attacks
-        for defence in mode_defences
+        for defence in row.defences
         if defences is None or defence in defences
         for seed in seeds
     ]

@@ -20,26 +20,22 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord, RecordDict
 
+from common.settings import PROJECT_ROOT
 from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
 from scripts.peak_rss import SAMPLE_S, PeakRss
 from scripts.round_overhead import per_round_wall_s
 from scripts.run_simulation import format_overrides, resolve_settings
 from server.records import read_rounds
 
-MODES: dict[str, dict[str, Any]] = {
-    "dense": {"strategy": "dense"},
-    "allgather c=0.01": {
-        "strategy": "topk",
-        "collective": "allgather",
-        "compression-ratio": 0.01,
-    },
-}
-COMMON = {"dataset": "synthetic", "robust": "none"}
+_GRID = tomllib.loads((PROJECT_ROOT / "configs" / "measure" / "bench-scale.toml").read_text())
+MODES: dict[str, dict[str, Any]] = _GRID["modes"]
+COMMON: dict[str, Any] = _GRID["common"]
 
 
 def state_bytes(state: RecordDict) -> int:

@@ -15,36 +15,17 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-VAR = "strategy=topk collective=allreduce leader=var"
-CASES = {
-    "iid mlp": f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01",
-    "dirichlet(0.1) mlp": (
-        f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01 "
-        "partitioner=dirichlet dirichlet-alpha=0.1"
-    ),
-    "streams S2-normal, rate batches": (
-        f"num-server-rounds=150 {VAR} compression-ratio=0.01 stream-rates=S2-normal "
-        "batch-policy=rate buffer-policy=truncation aggregation-weights=rate lr-scaling=linear"
-    ),
-    "iid mlp, star leader": (
-        "num-clients=10 num-server-rounds=150 strategy=topk collective=allreduce leader=star "
-        "compression-ratio=0.01"
-    ),
-    "iid mlp, c = 0.001": f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.001",
-    "dirichlet(0.1) mlp, 4 of 10 a round": (
-        f"num-clients=10 num-server-rounds=150 {VAR} compression-ratio=0.01 "
-        "partitioner=dirichlet dirichlet-alpha=0.1 clients-per-round=4"
-    ),
-    "dirichlet(0.3) cnn, 2 steps": (
-        f"num-clients=10 num-server-rounds=60 {VAR} compression-ratio=0.05 model=cnn "
-        "partitioner=dirichlet dirichlet-alpha=0.3 local-steps=2"
-    ),
-}
+from common.settings import PROJECT_ROOT
+
+CASES: dict[str, str] = tomllib.loads(
+    (PROJECT_ROOT / "configs" / "measure" / "claim-spread.toml").read_text()
+)["cases"]
 
 
 def spread(name: str) -> tuple[str, float, float, float, float]:

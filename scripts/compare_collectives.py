@@ -1,43 +1,52 @@
-"""Compare an ``auto`` run with the two fixed collectives it chooses between.
+"""Compare ``auto`` runs with the fixed collectives they choose between.
 
-    .venv/bin/python -m scripts.compare_collectives ALLGATHER_DIR ALLREDUCE_DIR AUTO_DIR
+    .venv/bin/python -m scripts.compare_collectives FIXED_DIR [FIXED_DIR ...] AUTO_DIR [...]
 
-Prints total communication time (virtual seconds spent transferring, compute excluded) of
-each run, the per-round best of the two fixed runs (Σ_r min(allgather_r, allreduce_r)), how
-far ``auto`` is above that, the rounds ``auto`` spent in each mode, and final accuracies.
+Each run is named by its configuration's ``collective`` (``summary.json``). Prints total
+communication time (virtual seconds spent transferring, compute excluded) of each run, the
+per-round best of the fixed runs (Σ_r min over the fixed runs of their round r), how far each
+run is above that, the rounds each run spent with each collective, and final accuracies.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from server.records import read_rounds
+from strategies.collectives import COLLECTIVES
 
 
-def main() -> None:
+def collective_of(run_dir: Path) -> str:
+    return str(json.loads((run_dir / "summary.json").read_text())["config"]["collective"])
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("allgather", type=Path)
-    parser.add_argument("allreduce", type=Path)
-    parser.add_argument("auto", type=Path)
-    args = parser.parse_args()
-    ag, ar, auto = (read_rounds(p) for p in (args.allgather, args.allreduce, args.auto))
-    if not len(ag) == len(ar) == len(auto):
-        raise SystemExit("the three runs must have the same number of rounds")
-    best = sum(min(a["comm_time_s"], b["comm_time_s"]) for a, b in zip(ag, ar, strict=True))
-    print("| run | communication s | vs per-round best | final acc | rounds per mode |")
+    parser.add_argument("dirs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    runs: list[tuple[str, list[dict[str, Any]]]] = [
+        (collective_of(run_dir), read_rounds(run_dir)) for run_dir in args.dirs
+    ]
+    fixed = [rows for name, rows in runs if name in COLLECTIVES]
+    if not fixed or len({len(rows) for _, rows in runs}) != 1:
+        raise SystemExit("give at least one fixed collective, all runs of one number of rounds")
+    best = sum(min(r["comm_time_s"] for r in same) for same in zip(*fixed, strict=True))
+    print("| run | communication s | vs per-round best | final acc | rounds per collective |")
     print("|---|---|---|---|---|")
-    for name, rows in (("allgather", ag), ("allreduce", ar), ("auto", auto)):
+    for name, rows in runs:
         total = sum(r["comm_time_s"] for r in rows)
-        modes = ", ".join(
+        chosen = ", ".join(
             f"{m} {n}" for m, n in sorted(Counter(r["collective"] for r in rows).items())
         )
         print(
             f"| {name} | {total:.2f} | {100 * (total / best - 1):+.1f} % | "
-            f"{rows[-1]['accuracy']:.4f} | {modes} |"
+            f"{rows[-1]['accuracy']:.4f} | {chosen} |"
         )
-    print(f"| per-round best of the fixed two | {best:.2f} | | | |")
+    print(f"| per-round best of the fixed runs | {best:.2f} | | | |")
 
 
 if __name__ == "__main__":

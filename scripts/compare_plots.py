@@ -15,10 +15,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from scripts.plot_ratio_schedule import client0_links  # noqa: E402
+from scripts.plot_ratio_schedule import client0_links, collective_colour  # noqa: E402
 
 Rows = Sequence[Mapping[str, Any]]
-COLLECTIVE_COLOURS = {"allgather": "tab:blue", "allreduce": "tab:orange", "dense": "tab:gray"}
 
 
 def mean_curve(runs: Sequence[Rows], x_of: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -76,10 +75,9 @@ def plot_ratio_schedule(
     )
     for ax, name in zip(axes, adapting, strict=False):
         rows = records[name][0]
-        for mode, colour in COLLECTIVE_COLOURS.items():
+        for mode in sorted({r["collective"] for r in rows}):
             pts = [(r["round"], r["compression_ratio"]) for r in rows if r["collective"] == mode]
-            if pts:
-                ax.scatter(*zip(*pts, strict=True), s=6, color=colour, label=mode)
+            ax.scatter(*zip(*pts, strict=True), s=6, color=collective_colour(mode), label=mode)
         ax.set_yscale("log")
         ax.set_ylabel("c")
         ax.set_title(name, fontsize=9)

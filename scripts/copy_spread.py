@@ -14,27 +14,16 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
+import tomllib
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-ROUNDS = "num-clients=10 num-server-rounds=150"
-CASES = {
-    "dense iid mlp": ROUNDS,
-    "dense iid mlp, 4 of 10 a round": f"{ROUNDS} clients-per-round=4",
-    "dense iid mlp, whole-partition batches": f"{ROUNDS} batch-size=256",
-    "dense iid mlp, 5 local steps": f"{ROUNDS} local-steps=5",
-    "dense dirichlet(0.1) mlp": f"{ROUNDS} partitioner=dirichlet dirichlet-alpha=0.1",
-    "allgather c = 0.01": f"{ROUNDS} strategy=topk collective=allgather compression-ratio=0.01",
-    "allreduce var c = 0.01": (
-        f"{ROUNDS} strategy=topk collective=allreduce leader=var compression-ratio=0.01"
-    ),
-    "dense mnist1d cnn1d-bn": "num-clients=10 num-server-rounds=100 dataset=mnist1d model=cnn1d-bn",
-    "streams S2-normal, rate batches": (
-        "num-server-rounds=150 stream-rates=S2-normal batch-policy=rate "
-        "buffer-policy=truncation aggregation-weights=rate lr-scaling=linear"
-    ),
-}
+from common.settings import PROJECT_ROOT
+
+CASES: dict[str, str] = tomllib.loads(
+    (PROJECT_ROOT / "configs" / "measure" / "copy-spread.toml").read_text()
+)["cases"]
 
 
 def most_alike(vectors: np.ndarray) -> float:

@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("comparison", help="a name in configs/compare/ or a .toml path")
     parser.add_argument("--out", type=Path, default=None, help="default results/compare/NAME")
     parser.add_argument("--below", type=float, nargs="+", default=[0.01, 0.003])
-    parser.add_argument("--fixed", nargs="+", default=["allgather-c*", "allreduce-c*"])
+    parser.add_argument(
+        "--fixed", nargs="+", required=True, help="shell patterns of the fixed-ratio runs' names"
+    )
     parser.add_argument(
         "--field", default="accuracy", help="per-round accuracy read, e.g. validation_accuracy"
     )

@@ -15,6 +15,7 @@ import argparse
 import itertools
 import json
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from common.settings import PROJECT_ROOT  # noqa: E402
 from server.records import read_rounds  # noqa: E402
+from strategies.collectives import COLLECTIVES  # noqa: E402
 from timing.devices import DeviceProfile, load_catalog  # noqa: E402
 from timing.network import load_schedule  # noqa: E402
 
@@ -45,7 +47,9 @@ def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[Devi
     return [schedule.profiles(r, devices)[0] for r in rounds]
 
 
-COLLECTIVE_COLOURS = {"allgather": "tab:blue", "allreduce": "tab:orange"}
+def collective_colour(name: str) -> str:
+    """One colour per collective, in the order of the collectives' table."""
+    return f"C{list(COLLECTIVES).index(name) % 10}" if name in COLLECTIVES else "black"
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,7 @@ class LinkSegment:
     latency_ms: float
     uplink_mbps: float
     compute_share: float  # mean over the rounds of (round time - comm time) / round time
-    allgather_rounds: int
-    allreduce_rounds: int
+    rounds_by_collective: Mapping[str, int]
     ratios: tuple[float, ...]
 
     def describe(self) -> str:
@@ -66,7 +69,8 @@ class LinkSegment:
         return (
             f"rounds {self.first_round:>3}-{self.last_round:>3}  {self.latency_ms:>5.0f} ms "
             f"{self.uplink_mbps:>6.1f} Mbit/s  compute {self.compute_share:>4.0%}  "
-            f"allgather {self.allgather_rounds:>3} allreduce {self.allreduce_rounds:>3}  "
+            + "".join(f"{name} {n:>3} " for name, n in sorted(self.rounds_by_collective.items()))
+            + " "
             f"c median {statistics.median(self.ratios):.3g} ({ratio_range})"
         )
 
@@ -93,8 +97,7 @@ def link_segments(
                 latency_ms=latency_s * 1e3,
                 uplink_mbps=uplink * 8e-6,
                 compute_share=statistics.fmean(shares) if shares else 0.0,
-                allgather_rounds=sum(r["collective"] == "allgather" for r in chosen),
-                allreduce_rounds=sum(r["collective"] == "allreduce" for r in chosen),
+                rounds_by_collective=Counter(r["collective"] for r in chosen),
                 ratios=tuple(r["compression_ratio"] for r in chosen),
             )
         )
@@ -109,10 +112,10 @@ def plot(
 ) -> None:
     rounds = [r["round"] for r in rows]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for mode, colour in COLLECTIVE_COLOURS.items():
+    for mode in sorted({r["collective"] for r in rows}):
         xs = [r["round"] for r in rows if r["collective"] == mode]
         ys = [r["compression_ratio"] for r in rows if r["collective"] == mode]
-        top.scatter(xs, ys, s=8, color=colour, label=mode)
+        top.scatter(xs, ys, s=8, color=collective_colour(mode), label=mode)
     top.set_yscale("log")
     top.set_ylabel("compression ratio c")
     top.legend(loc="upper right")
@@ -138,7 +141,7 @@ def main() -> None:
     config = json.loads((args.results_dir / "summary.json").read_text())["config"]
     rounds = [r["round"] for r in rows]
     links = client0_links(config, rounds)
-    if any(r["collective"] in COLLECTIVE_COLOURS for r in rows):
+    if any(r["compression_ratio"] < 1 for r in rows):
         plot(rows, config, links, args.out or args.results_dir / "ratio_schedule.png")
     else:  # a dense run: no ratio to plot, the segment summary still applies
         print("no compressed rounds: nothing to plot")

@@ -22,6 +22,7 @@ from typing import Any
 
 from server.last_rounds import LastRounds
 from server.records import read_rounds
+from strategies.collectives import COLLECTIVES
 
 
 def describe(results_dir: Path) -> str:
@@ -29,10 +30,9 @@ def describe(results_dir: Path) -> str:
     if config["strategy"] == "dense":
         return "dense"
     mode = config["collective"]
-    if mode == "allreduce":
-        policy = config["index-policy"]
-        mode += f" {config['leader']}" if policy == "leader" else f" {policy}"
-    return f"topk {mode} c={config['compression-ratio']}"
+    own = COLLECTIVES[mode].own_settings if mode in COLLECTIVES else ()
+    details = "".join(f" {key}={config[key]}" for key in own)
+    return f"{config['strategy']} {mode}{details} c={config['compression-ratio']}"
 
 
 def ruler(rows: Sequence[Mapping[str, Any]], field: str) -> str:

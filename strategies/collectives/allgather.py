@@ -51,6 +51,7 @@ class Allgather:
     name: ClassVar[str] = "allgather"
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = OWN_TOPK_GAIN
+    own_settings: ClassVar[tuple[str, ...]] = ()
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
 
     @classmethod

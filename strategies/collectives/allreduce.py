@@ -351,6 +351,7 @@ class Allreduce:
     name: ClassVar[str] = "allreduce"
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = SHARED_INDEX_GAIN
+    own_settings: ClassVar[tuple[str, ...]] = ("index-policy", "leader", "index-hints")
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {
         INDICES_ACTION: _indices,
         VALUES_ACTION: _values,

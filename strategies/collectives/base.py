@@ -373,6 +373,9 @@ class ClientHalf(Protocol):
     @property
     def gain(self) -> str | None: ...
 
+    @property
+    def own_settings(self) -> tuple[str, ...]: ...
+
     def from_settings(self, settings: Settings, layout: Layout, always_sent: Indices) -> Collective:
         """The server half as the run's settings make it; ``always_sent``: the entries a
         compressed round sends whole (``sent_whole``)."""
@@ -394,6 +397,7 @@ class Collective(Protocol):
     name: ClassVar[str]
     compressed: ClassVar[bool]  # replicas and compression configs (else the dense model goes)
     gain: ClassVar[str | None]  # OWN_TOPK_GAIN, SHARED_INDEX_GAIN, or None (no gain model)
+    own_settings: ClassVar[tuple[str, ...]]  # the run-config keys only this collective reads
     client_actions: ClassVar[Mapping[str, ActionHandler]]  # further types: "train.<action>"
 
     @staticmethod

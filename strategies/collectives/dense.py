@@ -46,6 +46,7 @@ class Dense:
     name: ClassVar[str] = "dense"
     compressed: ClassVar[bool] = False
     gain: ClassVar[str | None] = None
+    own_settings: ClassVar[tuple[str, ...]] = ()
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
     PEER: ClassVar[dict[str, PeerCost]] = {
         "ring": lambda n, m, c, link: ring_allreduce(n, m, link),

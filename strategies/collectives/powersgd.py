@@ -180,6 +180,7 @@ class PowerSgd:
     name: ClassVar[str] = "powersgd"
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = None
+    own_settings: ClassVar[tuple[str, ...]] = ("powersgd-rank",)
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
     PEER: ClassVar[dict[str, DenseCost]] = {
         "ring": ring_allreduce,

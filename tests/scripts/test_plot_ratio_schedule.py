@@ -46,7 +46,7 @@ def test_rounds_on_one_link_form_one_segment_with_their_choices() -> None:
     assert first.latency_ms == pytest.approx(1.0)
     assert first.uplink_mbps == pytest.approx(25.0)
     assert first.compute_share == pytest.approx((0.5 + 0.1) / 2)
-    assert (first.allgather_rounds, first.allreduce_rounds) == (1, 1)
+    assert first.rounds_by_collective == {"allgather": 1, "allreduce": 1}
     assert first.ratios == (0.01, 0.02)
     assert (second.first_round, second.last_round, second.compute_share) == (3, 3, 0.0)
     assert "c median 0.001" in second.describe()

@@ -6,7 +6,7 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
-from common.settings import PROJECT_ROOT
+from common.settings import PROJECT_ROOT, Settings
 from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
@@ -192,3 +192,9 @@ def test_a_collective_added_to_the_table_is_considered_by_auto(
     assert [stats[r].collective for r in range(1, 7)] == ["allgather", *["sixth"] * 5]
     assert stats[4].predicted is not None and stats[4].predicted["sixth"] == 0.0
     assert not any(stats[r].refused for r in stats)
+
+
+def test_each_collective_owns_settings_that_exist_and_no_other_claims() -> None:
+    owned = [key for half in COLLECTIVES.values() for key in half.own_settings]
+    assert set(owned) <= set(Settings.keys())
+    assert len(owned) == len(set(owned))
