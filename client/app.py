@@ -38,6 +38,7 @@ from wire.messages import (
     identity_content,
     samples_of,
 )
+from wire.reports import Report
 
 if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
     from client.live_stream import LiveStream
@@ -71,10 +72,10 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
     compression = instruction.compression
     collective = COLLECTIVES[DENSE if compression is None else compression.collective]
     whole = sent_whole(Layout.of_model(model), buffer_positions(model), settings.topk_dense_vectors)
-    gains, share = (None, None)
+    asked: dict[str, Report] = {}
     if compression is not None:
-        # a clip scales e as a whole: the gain grid and the residual share do not change
-        gains, share = reports(context.state, local.result.update, compression, whole)
+        # a clip scales e as a whole: the reports (ratios of energy) do not change
+        asked = reports(context.state, local.result.update, compression, whole)
     payload = collective.client_train(
         ClientRound(
             state=context.state,
@@ -98,8 +99,7 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
         shared=local.shared,
         topk_norm2=payload.topk_norm2,
         hints=payload.hints,
-        gains=gains,
-        residual_share=share,
+        reports=asked,
         compress_s=None if compression is None else time.perf_counter() - began,
     )
     content = reply.to_content()

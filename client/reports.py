@@ -1,19 +1,35 @@
-"""What the server's ratio policies ask clients to report, from e = update + residual before
-compression: the gain at every grid ratio (NSGA-II) and the smoothed residual share
-(adaptive compression). Both are over the weights: a model's buffers are sent whole every
-round, so counting them would inflate the gain at small ratios on models with batch norm."""
+"""What the server's ratio policies ask clients to report, one line per kind of report, from
+e = update + residual before compression: the gain at every grid ratio (NSGA-II) and the
+smoothed residual share (adaptive compression). Both are over the weights: a model's buffers
+are sent whole every round, so counting them would inflate the gain at small ratios on models
+with batch norm. How each travels and is checked: wire/reports.py."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from compress.base import ErrorFeedback, Indices, Vector
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
+from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.messages import CompressionConfig
+from wire.reports import Parameter, Report
 
 ADAPTIVE_STATE_KEY = "adaptive"
 ADAPTIVE_SMOOTHING = 0.3  # EWMA weight of the newest residual share
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What every report is computed from: e over the weights (buffers left out), and the
+    factor that turns a ratio of the whole model into one of the weights alone."""
+
+    state: RecordDict
+    compensated: Vector
+    scale: float
 
 
 def smoothed_residual_share(state: RecordDict, share: float) -> float:
@@ -25,24 +41,42 @@ def smoothed_residual_share(state: RecordDict, share: float) -> float:
     return min(1.0, max(0.0, share))
 
 
-def reports(
-    state: RecordDict, update: Vector, compression: CompressionConfig, always_sent: Indices
-) -> tuple[list[float] | None, float | None]:
-    """(gain grid, residual share) as the instructions ask; None for what they do not.
-    ``always_sent``: the buffers' positions, left out."""
-    if not compression.report_gain and compression.adaptive_ratio is None:
-        return None, None
-    compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
+def gain_grid(weights: Weights, parameter: Parameter) -> Report:
     # A round at ratio c sends ceil(c x size) weights beside the buffers: over the weights
     # alone that is the ratio c x size / weights.
+    grid: tuple[float, ...] = DEFAULT_GAIN_GRID
+    if weights.scale != 1.0:
+        grid = tuple(c * weights.scale for c in DEFAULT_GAIN_GRID)
+    return gain_curve(weights.compensated, grid)
+
+
+def residual_share(weights: Weights, parameter: Parameter) -> Report:
+    """``parameter``: the ratio c whose residual share, 1 − gain(c), to report."""
+    kept = gain_curve(weights.compensated, [float(parameter) * weights.scale])[0]
+    return smoothed_residual_share(weights.state, 1.0 - kept)
+
+
+# report kind (wire/reports.py) -> how this client computes it
+CLIENT_REPORTS: dict[str, Callable[[Weights, Parameter], Report]] = {
+    GAIN_GRID: gain_grid,
+    RESIDUAL_SHARE: residual_share,
+}
+
+
+def reports(
+    state: RecordDict, update: Vector, compression: CompressionConfig, always_sent: Indices
+) -> dict[str, Report]:
+    """The reports the instructions ask for; ``always_sent``: the buffers' positions, left
+    out."""
+    if not compression.reports:
+        return {}
+    compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
     scale = 1.0
     if always_sent.size:
         compensated = np.delete(compensated, always_sent)
         scale = update.size / max(1, compensated.size)
-    grid = [c * scale for c in DEFAULT_GAIN_GRID] if scale != 1.0 else DEFAULT_GAIN_GRID
-    gains = gain_curve(compensated, grid) if compression.report_gain else None
-    share = None
-    if compression.adaptive_ratio is not None:
-        kept = gain_curve(compensated, [compression.adaptive_ratio * scale])[0]
-        share = smoothed_residual_share(state, 1.0 - kept)
-    return gains, share
+    weights = Weights(state, compensated, scale)
+    return {
+        name: CLIENT_REPORTS[name](weights, parameter)
+        for name, parameter in compression.reports.items()
+    }

@@ -17,13 +17,8 @@ from common.settings import ConfigError, Settings
 from strategies.bounds import Bounds
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Defence, Indices
-from strategies.policies.ratio import (
-    CR_SCHEDULES,
-    AdaptiveRatio,
-    FixedRatio,
-    RatioPolicy,
-    SparsityWarmUp,
-)
+from strategies.policies.ratio import RatioPolicy
+from strategies.policies.ratio import ratio_policy as build_ratio_policy
 from strategies.policies.robust import Clip, ClipScreen, Median, NoDefence, TrimmedMean
 from strategies.policies.server_optimizer import (
     SERVER_OPTIMIZERS,
@@ -66,18 +61,10 @@ def predicted_collectives(settings: Settings) -> tuple[str, ...]:
 
 
 def ratio_policy(settings: Settings) -> RatioPolicy:
-    """Dense rounds send everything; adaptive-delta > 0 replaces the fixed schedule."""
-    if settings.strategy == "dense":
-        return FixedRatio(1.0)
-    policy: RatioPolicy
-    if settings.adaptive_delta > 0:
-        policy = AdaptiveRatio(settings.compression_ratio, settings.adaptive_delta)
-    else:
-        modelled = tuple(n for n in predicted_collectives(settings) if COLLECTIVES[n].gain)
-        policy = CR_SCHEDULES[settings.cr_schedule](settings, modelled)
-    if settings.sparsity_warmup_rounds:
-        policy = SparsityWarmUp(policy, settings.sparsity_warmup_rounds)
-    return policy
+    """The run's ratio policy (strategies/policies/ratio.py), given the collectives whose gain
+    the schedules model."""
+    modelled = tuple(n for n in predicted_collectives(settings) if COLLECTIVES[n].gain)
+    return build_ratio_policy(settings, modelled)
 
 
 def server_optimizer(settings: Settings, buffers: Indices) -> ServerOptimizer:

@@ -13,6 +13,7 @@ from typing import Any
 from server.last_rounds import LastRounds
 from server.plots import plot_accuracy
 from strategies.ledger import RoundStats
+from strategies.policies.ratio import RATIO_RECORD_FIELDS
 
 WALL_CLOCK_FIELDS = (
     "wall_time_s",
@@ -107,6 +108,8 @@ class RunRecorder:
         extra = asdict(stats)
         for key in row:
             extra.pop(key, None)
+        # every ratio policy's fields, null where this run's policy has none of them
+        extra.update(dict.fromkeys(RATIO_RECORD_FIELDS) | extra.pop("ratio_policy"))
         for key in OMITTED_WHEN_NONE:  # newer fields: absent, as before they existed
             if extra.get(key) is None:
                 extra.pop(key, None)

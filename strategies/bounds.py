@@ -25,7 +25,7 @@ import math
 from dataclasses import astuple, dataclass
 
 from wire.codec import short
-from wire.keys import LIVE_METRICS
+from wire.keys import GAIN_GRID, LIVE_METRICS
 from wire.messages import StreamReport, TrainReply
 
 LIVE_RATE_SLACK = 1.05  # a live stream's measured rate may pass its nominal one by 5 %
@@ -83,8 +83,8 @@ class Bounds:
                 f"compress-s {reply.compress_s:g} exceeds the round timeout, "
                 f"{self.max_compress_s:g} s"
             )
-        gains = reply.gains
-        if gains is not None:
+        gains = reply.reports.get(GAIN_GRID)
+        if isinstance(gains, list):
             if any(b < a for a, b in zip(gains, gains[1:], strict=False)):
                 raise ValueError(f"gain-grid {short(gains)} is not non-decreasing in c")
             if gains and gains[-1] < 1.0 - 1e-6:

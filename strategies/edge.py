@@ -357,5 +357,5 @@ class EdgeStrategy(FedAvg):
             estimated_links=(
                 self.times.estimated_links() if isinstance(chooser, AutoCollective) else None
             ),
-            **self.policies.ratio.record(),
+            ratio_policy=self.policies.ratio.record(),
         )

@@ -43,10 +43,10 @@ class RoundStats:
     comm_time_s: float = 0.0  # virtual: the round's time spent transferring (compute excluded)
     predicted: dict[str, float] | None = None  # collective = "auto": seconds, by collective
     estimated_links: dict[str, list[float]] | None = None
-    ratio_solve: dict[str, Any] | None = None  # cr-schedule = nsga2: the solve of this round
     learning_rate: float | None = None  # what clients were told this round
     stream: dict[str, Any] | None = None  # streaming clients: buffers, waits, batch sizes
-    adaptive: dict[str, Any] | None = None  # adaptive-delta: the vote on the next round
+    # the ratio policy's own fields (its ``record()``: NSGA-II's solve, adaptive's vote)
+    ratio_policy: dict[str, Any] = field(default_factory=dict)
     injection: dict[str, Any] | None = None  # data injection: samples and bytes both ways
     time_source: str = "modelled"  # of round_time_s, virtual_time_s, comm_time_s and phases
     failed: list[str] = field(default_factory=list)  # nodes sent to that gave no usable reply

@@ -32,7 +32,6 @@ from wire.codec import (
     values_record,
 )
 from wire.keys import (
-    ADAPTIVE_RATIO,
     ARRAYS_KEY,
     BASE_VERSION,
     BATCH_SIZE,
@@ -46,7 +45,6 @@ from wire.keys import (
     DELTA_KEY,
     FACTORED_TABLE,
     FULL,
-    GAIN_GRID,
     HINT_COUNT,
     HINTS_KEY,
     INDEX_SET_KEY,
@@ -66,8 +64,6 @@ from wire.keys import (
     PATCH_KEY,
     PAYLOAD,
     PAYLOADS,
-    REPORT_GAIN,
-    RESIDUAL_SHARE,
     ROUND_START_S,
     SAMPLES_X,
     SAMPLES_Y,
@@ -81,6 +77,15 @@ from wire.keys import (
     TRAIN_LOSS,
     VALUES,
     WAIT_S,
+)
+from wire.reports import (
+    REPORT_KINDS,
+    Parameter,
+    Report,
+    reports_from_metrics,
+    reports_to_metrics,
+    requests_from_config,
+    requests_to_config,
 )
 
 Vector = NDArray[np.float32]
@@ -164,15 +169,13 @@ class CompressionConfig:
 
     ratio: float
     collective: str
-    report_gain: bool = False  # cr-schedule = nsga2: the gain at every grid ratio
-    adaptive_ratio: float | None = None  # adaptive-delta: the c whose residual share to report
+    # the reports the ratio policy asks for: kind (wire/reports.py) -> its parameter
+    reports: Mapping[str, Parameter] = dataclasses.field(default_factory=dict)
 
     def add_to(self, config: ConfigRecord) -> None:
         config[COMPRESSION_RATIO] = self.ratio
         config[COLLECTIVE] = self.collective
-        config[REPORT_GAIN] = self.report_gain
-        if self.adaptive_ratio is not None:
-            config[ADAPTIVE_RATIO] = self.adaptive_ratio
+        requests_to_config(self.reports, config)
 
     @classmethod
     def parse(cls, config: ConfigRecord) -> CompressionConfig | None:
@@ -184,8 +187,7 @@ class CompressionConfig:
         return cls(
             ratio=ratio,
             collective=str(config.get(COLLECTIVE, "")),
-            report_gain=bool(config.get(REPORT_GAIN, False)),
-            adaptive_ratio=_number(config, ADAPTIVE_RATIO) if ADAPTIVE_RATIO in config else None,
+            reports=requests_from_config(config),
         )
 
 
@@ -521,6 +523,7 @@ def with_samples(content: RecordDict, record: ArrayRecord) -> RecordDict:
 
 # What a training reply may carry; each collective and policy reads its part of it.
 TRAIN_REPLY_ARRAYS = frozenset({ARRAYS_KEY, SPARSE_KEY, INJECT_KEY, HINTS_KEY})
+REPORT_METRICS = tuple(kind.reply_key for kind in REPORT_KINDS.values())
 TRAIN_REPLY_METRICS = frozenset(
     {
         PARTITION_ID,
@@ -528,8 +531,7 @@ TRAIN_REPLY_METRICS = frozenset(
         TRAIN_LOSS,
         *STREAM_METRICS,
         *LIVE_METRICS,
-        GAIN_GRID,
-        RESIDUAL_SHARE,
+        *REPORT_METRICS,
         TOPK_NORM2,
         COMPRESS_S,
         *MEASURED_METRICS,
@@ -551,8 +553,8 @@ class TrainReply:
     compress_s: float | None = None
     topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
     hints: ArrayRecord | None = None  # Allreduce residual-hints: indices, checked by it
-    gains: list[float] | None = None  # cr-schedule = nsga2
-    residual_share: float | None = None  # adaptive-delta
+    # kind (wire/reports.py) -> report, as the instructions asked
+    reports: Mapping[str, Report] = dataclasses.field(default_factory=dict)
 
     def to_content(self) -> RecordDict:
         metrics = MetricRecord(
@@ -564,9 +566,8 @@ class TrainReply:
         )
         if self.stream is not None:
             metrics.update(self.stream.to_metrics())
+        reports_to_metrics(self.reports, metrics)
         for key, value in (
-            (GAIN_GRID, self.gains),
-            (RESIDUAL_SHARE, self.residual_share),
             (TOPK_NORM2, self.topk_norm2),
             (COMPRESS_S, self.compress_s),
         ):
@@ -619,8 +620,7 @@ class TrainReply:
             hints=arrays.get(HINTS_KEY),
             compress_s=compress_s_of(content),
             topk_norm2=_optional_number(metrics, TOPK_NORM2, low=0.0),
-            gains=_gains(metrics),
-            residual_share=_optional_number(metrics, RESIDUAL_SHARE, low=0.0, high=1.0),
+            reports=reports_from_metrics(metrics),
         )
 
 
@@ -637,17 +637,6 @@ def _optional_number(
         )
         raise ValueError(f"{key} {value!r} is not {what}")
     return float(value)
-
-
-def _gains(metrics: Mapping[str, Any]) -> list[float] | None:
-    if GAIN_GRID not in metrics:
-        return None
-    gains = metrics[GAIN_GRID]
-    if not isinstance(gains, list) or not all(
-        isinstance(g, float) and 0.0 < g <= 1.0 for g in gains
-    ):
-        raise ValueError(f"{GAIN_GRID} must be numbers in (0, 1], got {gains!r}")
-    return [float(g) for g in gains]
 
 
 def compress_s_of(content: RecordDict, most: float = math.inf) -> float | None:

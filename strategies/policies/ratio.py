@@ -9,15 +9,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from common.settings import ConfigError, Settings
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.round_times import RoundTimes
+from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.messages import CompressionConfig, TrainReply
 
 
@@ -40,12 +40,13 @@ class RatioPolicy(Protocol):
     def observe(self, trained: list[Participant], aggregate: Aggregate) -> None: ...
 
     def record(self) -> dict[str, Any]:
-        """Fields of the round's record (``ratio_solve``, ``adaptive``)."""
+        """Fields of the round's record, of those its class names in ``record_fields``."""
         ...
 
 
 class FixedRatio:
     preferred_collective: str | None = None
+    record_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ratio: float) -> None:
         self.ratio = ratio
@@ -72,6 +73,8 @@ class FixedRatio:
 
 class Nsga2Ratio:
     """The NSGA-II schedule; pymoo is imported only when this policy is built."""
+
+    record_fields: ClassVar[tuple[str, ...]] = ("ratio_solve",)  # the solve of this round
 
     def __init__(self, **schedule: Any) -> None:
         from strategies.policies.nsga2 import Nsga2Schedule
@@ -111,17 +114,18 @@ class Nsga2Ratio:
         )
 
     def config(self, ratio: float, collective: str) -> CompressionConfig:
-        return CompressionConfig(ratio, collective, report_gain=True)
+        return CompressionConfig(ratio, collective, reports={GAIN_GRID: True})
 
     def check(self, reply: TrainReply) -> None:
         count = len(self.schedule.gain_model.grid)
-        if reply.gains is None or len(reply.gains) != count:
-            raise ValueError(f"gain-grid must be {count} numbers in (0, 1], got {reply.gains!r}")
+        gains = reply.reports.get(GAIN_GRID)
+        if not isinstance(gains, list) or len(gains) != count:
+            raise ValueError(f"gain-grid must be {count} numbers in (0, 1], got {gains!r}")
 
     def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
-        reporting = [p for p in trained if p.reply.gains is not None]
+        reporting = [p for p in trained if isinstance(p.reply.reports.get(GAIN_GRID), list)]
         self.schedule.observe_gains(
-            [p.reply.gains for p in reporting],  # type: ignore[misc]
+            [p.reply.reports[GAIN_GRID] for p in reporting],  # type: ignore[misc]
             [p.num_examples for p in reporting],
         )
         if aggregate.shared_index_factor is not None:
@@ -136,25 +140,34 @@ class AdaptiveRatio:
     """ScaDLES adaptive compression: c or dense, by majority vote on residual shares."""
 
     preferred_collective: str | None = None
+    record_fields: ClassVar[tuple[str, ...]] = ("adaptive",)  # the vote on the next round
 
     def __init__(self, ratio: float, delta: float) -> None:
         self.ratio, self.delta = ratio, delta
         self.compress_next = False  # the first round is dense: nothing reported yet
         self.vote: dict[str, Any] | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> AdaptiveRatio:
+        return cls(settings.compression_ratio, settings.adaptive_delta)
+
     def choose(self, server_round: int, times: RoundTimes) -> float:
         return self.ratio if self.compress_next else 1.0
 
     def config(self, ratio: float, collective: str) -> CompressionConfig:
-        return CompressionConfig(ratio, collective, adaptive_ratio=self.ratio)
+        return CompressionConfig(ratio, collective, reports={RESIDUAL_SHARE: self.ratio})
 
     def check(self, reply: TrainReply) -> None:
-        if reply.residual_share is None:
+        if not isinstance(reply.reports.get(RESIDUAL_SHARE), float):
             raise ValueError("residual-share None is not a number in [0, 1]")
 
     def observe(self, trained: list[Participant], aggregate: Aggregate) -> None:
         """Compress next round when most clients' residual share is at most δ."""
-        shares = [p.reply.residual_share for p in trained if p.reply.residual_share is not None]
+        shares = [
+            share
+            for p in trained
+            if isinstance(share := p.reply.reports.get(RESIDUAL_SHARE), float)
+        ]
         votes = sum(share <= self.delta for share in shares)
         self.compress_next = 2 * votes > len(shares)
         self.vote = {
@@ -199,9 +212,35 @@ class SparsityWarmUp:
         return self.inner.record()
 
 
-# cr-schedule -> the ratio policy of a compressed collective, from the settings and the
-# collectives whose gain the schedules model (strategies/collectives: ``gain``)
-CR_SCHEDULES: dict[str, Callable[[Settings, tuple[str, ...]], RatioPolicy]] = {
-    "fixed": FixedRatio.from_settings,
-    "nsga2": Nsga2Ratio.from_settings,
-}
+class RatioPolicyClass(Protocol):
+    record_fields: tuple[str, ...]  # what its ``record()`` may add to a round's record
+
+    def from_settings(self, settings: Settings, collectives: tuple[str, ...]) -> RatioPolicy:
+        """``collectives``: the run's that the schedules model the gain of
+        (strategies/collectives: ``gain``)."""
+        ...
+
+
+# cr-schedule -> the ratio policy of a compressed collective
+CR_SCHEDULES: dict[str, RatioPolicyClass] = {"fixed": FixedRatio, "nsga2": Nsga2Ratio}
+
+
+def ratio_policy(settings: Settings, modelled: tuple[str, ...]) -> RatioPolicy:
+    """Dense rounds send everything; adaptive-delta > 0 (ScaDLES) replaces the cr-schedule;
+    sparsity-warmup-rounds wraps either."""
+    if settings.strategy == "dense":
+        return FixedRatio(1.0)
+    policy: RatioPolicy
+    if settings.adaptive_delta > 0:
+        policy = AdaptiveRatio.from_settings(settings, modelled)
+    else:
+        policy = CR_SCHEDULES[settings.cr_schedule].from_settings(settings, modelled)
+    if settings.sparsity_warmup_rounds:
+        policy = SparsityWarmUp(policy, settings.sparsity_warmup_rounds)
+    return policy
+
+
+# every field a ratio policy may add to a round's record: the records carry each (null where
+# the run's policy has none), as they always have
+_POLICY_CLASSES: tuple[RatioPolicyClass, ...] = (*CR_SCHEDULES.values(), AdaptiveRatio)
+RATIO_RECORD_FIELDS = tuple(name for policy in _POLICY_CLASSES for name in policy.record_fields)

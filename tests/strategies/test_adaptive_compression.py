@@ -10,6 +10,7 @@ from compress.gain import gain_curve
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.ratio import AdaptiveRatio
 from tests.strategies.test_topk_federation import _run, _settings
+from wire.keys import RESIDUAL_SHARE
 from wire.messages import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -25,7 +26,12 @@ def test_residual_share_of_a_constructed_update() -> None:
 
 
 def _voter(pid: int, share: float) -> Participant:
-    reply = TrainReply(partition_id=pid, num_examples=10, train_loss=0.0, residual_share=share)
+    reply = TrainReply(
+        partition_id=pid,
+        num_examples=10,
+        train_loss=0.0,
+        reports={} if share is None else {RESIDUAL_SHARE: share},
+    )
     return Participant(node_id=pid, reply=reply, bytes_up=0, measured=None)
 
 
@@ -49,7 +55,8 @@ def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> No
     assert {r for r, c in ratios.items() if c < 1.0} == compressed_rounds
     assert all(c in (0.1, 1.0) for c in ratios.values())
     assert all(
-        s.adaptive is not None and s.adaptive["voters"] == 3 for s in strategy.stats.values()
+        s.ratio_policy.get("adaptive") is not None and s.ratio_policy["adaptive"]["voters"] == 3
+        for s in strategy.stats.values()
     )
 
 

@@ -89,7 +89,7 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
         num_rounds=80,
         train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
-    solves = [s.ratio_solve for s in strategy.stats.values() if s.ratio_solve is not None]
+    solves = [s.ratio_policy["ratio_solve"] for s in strategy.stats.values() if s.ratio_policy]
     assert solves[0]["round"] == 4 and solves[0]["reason"] == "warm-up done"
     assert any(s["reason"] == "links changed" and 37 <= s["round"] <= 45 for s in solves)
     ratios = {r: s.compression_ratio for r, s in strategy.stats.items()}

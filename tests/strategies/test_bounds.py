@@ -20,7 +20,7 @@ from tests.helpers import RewriteRound, reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import raw_array
-from wire.keys import ARRAYS_KEY, HINTS_KEY
+from wire.keys import ARRAYS_KEY, GAIN_GRID, HINTS_KEY
 from wire.messages import LiveCounts, StreamReport, TrainReply
 
 BOUNDS = Bounds(
@@ -44,8 +44,11 @@ HUGE = LiveCounts(published=2**64, received=2**64, invalid=0, trained=2**64, dro
         (TrainReply(0, 64, 1.0, stream=StreamReport(1e300, 1, 1, 1, 32)), "stream-rate"),
         (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1e300, 1, 1, 32)), "wait-s"),
         (TrainReply(0, 32, 1.0, stream=StreamReport(50.0, 1.0, 1, 1, 33)), "stream-samples 33"),
-        (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.4, 1.0]), "not non-decreasing"),
-        (TrainReply(0, 64, 1.0, STREAM, gains=[0.5, 0.9]), "ends at 0.9"),
+        (
+            TrainReply(0, 64, 1.0, STREAM, reports={GAIN_GRID: [0.5, 0.4, 1.0]}),
+            "not non-decreasing",
+        ),
+        (TrainReply(0, 64, 1.0, STREAM, reports={GAIN_GRID: [0.5, 0.9]}), "ends at 0.9"),
         (TrainReply(0, 64, 1e300, STREAM), "train-loss 1e[+]300 exceeds 10000"),
         (TrainReply(0, 64, 1.0, STREAM, compress_s=1e300), "compress-s 1e[+]300 exceeds the round"),
         (TrainReply(0, 64, 1.0, stream=StreamReport(50.0, 1.0, 2**64 - 1, 0, 32)), "buffer-sam"),
@@ -70,7 +73,9 @@ def test_a_stream_report_is_there_exactly_when_the_run_streams() -> None:
 
 
 def test_honest_claims_pass_and_relayed_samples_count() -> None:
-    BOUNDS.check(TrainReply(0, 64, 1.0, stream=STREAM, gains=[0.1, 0.5, 1.0]), 2, relayed=0)
+    BOUNDS.check(
+        TrainReply(0, 64, 1.0, stream=STREAM, reports={GAIN_GRID: [0.1, 0.5, 1.0]}), 2, relayed=0
+    )
     BOUNDS.check(TrainReply(0, 64 + 2 * 7, 1.0, stream=STREAM), local_steps=2, relayed=7)
 
 

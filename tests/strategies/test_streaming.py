@@ -143,7 +143,7 @@ def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
     )
     _, strategy, _ = _run(settings, rounds=5)
     assert all(strategy.stats[r].stream is not None for r in range(1, 6))
-    assert any(strategy.stats[r].ratio_solve is not None for r in range(3, 6))
+    assert any(strategy.stats[r].ratio_policy.get("ratio_solve") is not None for r in range(3, 6))
 
 
 @pytest.mark.parametrize(
@@ -179,9 +179,9 @@ def test_same_seed_same_streaming_run() -> None:
     assert np.array_equal(first, second)
     for r in range(1, 5):
         a, b = run_a.stats[r], run_b.stats[r]
-        assert (a.virtual_time_s, a.stream, a.injection, a.adaptive) == (
+        assert (a.virtual_time_s, a.stream, a.injection, a.ratio_policy) == (
             b.virtual_time_s,
             b.stream,
             b.injection,
-            b.adaptive,
+            b.ratio_policy,
         )
