@@ -97,8 +97,8 @@ def train(msg: Message, context: Context, live: LiveStream | None = None) -> Mes
         update=payload.update,
         sparse=payload.sparse,
         shared=local.shared,
-        topk_norm2=payload.topk_norm2,
-        hints=payload.hints,
+        collective_records=payload.records,
+        collective_metrics=payload.metrics,
         reports=asked,
         compress_s=None if compression is None else time.perf_counter() - began,
     )

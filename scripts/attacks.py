@@ -51,6 +51,7 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from common.settings import PROJECT_ROOT, Settings
 from scripts.in_process import InProcessGrid, run_server_app, set_task_identity
 from scripts.run_simulation import parse_overrides, resolve_settings
+from strategies.collectives.allreduce import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
 from wire.codec import raw_array
 from wire.keys import (
     ARRAYS_KEY,
@@ -61,10 +62,7 @@ from wire.keys import (
     NUM_EXAMPLES,
     SPARSE_KEY,
     STREAM_SAMPLES,
-    TOPK_NORM2,
     TRAIN,
-    TRAIN_INDICES,
-    TRAIN_VALUES,
 )
 from wire.keys import VALUES as VALUES_ARRAY
 from wire.messages import Samples

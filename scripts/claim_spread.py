@@ -41,7 +41,7 @@ def spread(name: str) -> tuple[str, float, float, float, float]:
     judge = allreduce.others_share
 
     def observed(participants):  # type: ignore[no-untyped-def]
-        claims = [p.reply.topk_norm2 or 0.0 for p in participants]
+        claims = [allreduce.claim_of(p) for p in participants]
         if len(claims) >= allreduce.MIN_CLAIMS:
             medians = [float(np.median(claims[:i] + claims[i + 1 :])) for i in range(len(claims))]
             ratios.extend(c / m for c, m in zip(claims, medians, strict=True) if m > 0.0)

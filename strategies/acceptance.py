@@ -46,10 +46,12 @@ class TrainingReplies:
             try:
                 if msg.has_error():
                     raise ValueError(f"client error: {msg.error.reason}")
-                reply = TrainReply.parse(msg.content, self.num_clients)
-                unread = sorted(set(msg.content.array_records) - self._reply_arrays(state))
-                if unread:
-                    raise ValueError(f"records nobody reads this round: {', '.join(unread)}")
+                reply = TrainReply.parse(
+                    msg.content,
+                    self.num_clients,
+                    self._reply_arrays(state),
+                    state.collective.reply_metrics,
+                )
                 # Owners that are connected but not sampled this round keep their partitions.
                 connected = state.connected | set(state.bytes_down)
                 self.identities.check(node, reply.partition_id, connected)

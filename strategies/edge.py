@@ -247,7 +247,6 @@ class EdgeStrategy(FedAvg):
                 ratio=ratio,
                 k=k,
                 compressor=self.compressor,
-                index_set=collective.round_index_set(),
                 weights=self.policies.weights,
                 distrusted=frozenset(self.policies.defence.refusing()),
                 measure=self.ledger.measure,

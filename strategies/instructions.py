@@ -26,19 +26,16 @@ def instructions(
     if not collective.compressed:
         content = TrainInstruction(round_config, dense_model=arrays).to_content()
         return {node: content for node in nodes}, None
-    index_set = collective.round_index_set()
-    hint_count = collective.round_hint_count()
     payloads = replicas.payloads(nodes, model)
     records = collective.round_records(compression.ratio)
+    own_config = collective.round_config()
     by_payload = {
         id(p): TrainInstruction(
             round_config,
             replica=p,
             compression=compression,
-            index_set=index_set,
-            size=model.size,
-            hint_count=hint_count,
             records=records,
+            config=own_config,
         ).to_content()
         for p in payloads.values()
     }

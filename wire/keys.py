@@ -14,10 +14,9 @@ DELTA_KEY = "delta"  # compressed collectives: the last aggregated sparse update
 # a delta that travels as low-rank factors (compress/low_rank.py Factored) has this array
 FACTORED_TABLE = "factored-table"
 PATCH_KEY = "patch"  # compressed collectives: the model's values where it changed since a base
-INDEX_SET_KEY = "index-set"  # Allreduce: the shared indices
+INDEX_SET_KEY = "index-set"  # a shared index set (an instruction's or a phase request's)
 SPARSE_KEY = "sparse"  # a client's compressed reply (values and/or indices)
 INJECT_KEY = "injected"  # data injection: shared samples (client -> server -> other clients)
-HINTS_KEY = "residual-hints"  # Allreduce residual-hints: where a client's residual is largest
 PACKED_KEY = "packed"  # a whole content in one ConfigRecord (wire/packing.py)
 
 # --- arrays inside records -------------------------------------------------------------------
@@ -46,7 +45,6 @@ COMPRESSION_RATIO = "compression-ratio"
 COLLECTIVE = "collective"  # the round's collective (its client half answers)
 REPORT_GAIN = "report-gain"  # cr-schedule = nsga2: report the gain at every grid ratio
 ADAPTIVE_RATIO = "adaptive-ratio"  # adaptive-delta > 0: the c whose residual share to report
-HINT_COUNT = "hint-count"  # Allreduce residual-hints: how many residual indices to report
 
 # Model payloads of a compressed collective's instruction
 FULL, DELTA, PATCH, CURRENT = "full", "delta", "patch", "current"
@@ -57,7 +55,6 @@ NUM_EXAMPLES = "num-examples"
 PARTITION_ID = "partition-id"
 TRAIN_LOSS = "train-loss"
 COMPRESS_S = "compress-s"  # wall seconds the client spent compressing
-TOPK_NORM2 = "topk-norm2"  # Allreduce with a leader: ||TopK(e)||² (the VAR score)
 GAIN_GRID = "gain-grid"  # compression gain at each ratio of the scheduler's grid
 RESIDUAL_SHARE = "residual-share"  # adaptive: smoothed |‖e‖² − ‖TopK(e, c)‖²| / ‖e‖²
 # Streaming clients (with every training reply when stream-rates is not "off")
@@ -91,10 +88,6 @@ MEASURED_METRICS = (RECEIVED_AT, SENT_AT, TRAIN_S)
 
 # --- message types ---------------------------------------------------------------------------
 TRAIN = "train"  # Flower's MessageType.TRAIN
-INDICES_ACTION = "indices"  # Allreduce index phase: "train.indices"
-VALUES_ACTION = "values"  # Allreduce value phase: "train.values"
-TRAIN_INDICES = f"{TRAIN}.{INDICES_ACTION}"
-TRAIN_VALUES = f"{TRAIN}.{VALUES_ACTION}"
 IDENTIFY_ACTION = "identify"  # clients-per-round: a node's partition id, asked before sampling
 IDENTIFY = f"query.{IDENTIFY_ACTION}"
 

@@ -45,8 +45,6 @@ from wire.keys import (
     DELTA_KEY,
     FACTORED_TABLE,
     FULL,
-    HINT_COUNT,
-    HINTS_KEY,
     INDEX_SET_KEY,
     INJECT_BETA,
     INJECT_KEY,
@@ -73,7 +71,6 @@ from wire.keys import (
     STREAM_METRICS,
     STREAM_RATE,
     STREAM_SAMPLES,
-    TOPK_NORM2,
     TRAIN_LOSS,
     VALUES,
     WAIT_S,
@@ -272,18 +269,16 @@ class ReplicaPayload:
 @dataclass(frozen=True)
 class TrainInstruction:
     """One training instruction: the round's config and the model, dense or as a replica
-    payload with the compression config; an index set where the collective sends one."""
+    payload with the compression config; the collective's own records and config entries."""
 
     round: RoundConfig
     dense_model: ArrayRecord | None = None  # the dense collective: the model in its layout
     replica: ReplicaPayload | None = None  # compressed collectives
     compression: CompressionConfig | None = None
-    index_set: Indices | None = None  # Allreduce with a one-phase index policy
-    size: int = 0  # the model's length (for the index set's encoding)
-    hint_count: int = 0  # with an index set: the residual indices to report (residual-hints)
-    # the collective's own records (``round_records``: PowerSGD's warm-start Q), sent with
-    # the content; a client's collective reads them from the content (``ClientRound.content``)
+    # the collective's own records and config entries (``round_records``, ``round_config``),
+    # sent with the content; a client's collective reads them from it (``ClientRound.content``)
     records: Mapping[str, ArrayRecord] = dataclasses.field(default_factory=dict)
+    config: Mapping[str, int | float] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def parse(cls, content: RecordDict, size: int) -> TrainInstruction:
@@ -298,9 +293,6 @@ class TrainInstruction:
             RoundConfig.parse(config),
             replica=ReplicaPayload.parse(config, content, size),
             compression=compression,
-            index_set=index_set_of(content, size),
-            size=size,
-            hint_count=_hint_count(config, size),
         )
 
     def to_content(self) -> RecordDict:
@@ -312,21 +304,21 @@ class TrainInstruction:
             self.compression.add_to(config)
         if self.replica is not None:
             self.replica.add_to(config, content)
-        if self.index_set is not None:
-            content[INDEX_SET_KEY] = indices_record(self.index_set, self.size)
-        if self.hint_count:
-            config[HINT_COUNT] = self.hint_count
         for key, record in self.records.items():
             content[key] = record
+        for key, value in self.config.items():
+            config[key] = value
         return content
 
 
-def _hint_count(config: ConfigRecord, size: int) -> int:
-    if HINT_COUNT not in config:
+def count_in(content: RecordDict, key: str, most: int) -> int:
+    """An instruction's count ``key`` in 0..``most`` (0 when absent)."""
+    config = _config(content)
+    if key not in config:
         return 0
-    count = _integer(config, HINT_COUNT)
-    if not 0 <= count <= size:
-        raise ValueError(f"{HINT_COUNT} {count} is not in 0..{size}")
+    count = _integer(config, key)
+    if not 0 <= count <= most:
+        raise ValueError(f"{key} {count} is not in 0..{most}")
     return count
 
 
@@ -522,7 +514,7 @@ def with_samples(content: RecordDict, record: ArrayRecord) -> RecordDict:
 
 
 # What a training reply may carry; each collective and policy reads its part of it.
-TRAIN_REPLY_ARRAYS = frozenset({ARRAYS_KEY, SPARSE_KEY, INJECT_KEY, HINTS_KEY})
+TRAIN_REPLY_ARRAYS = frozenset({ARRAYS_KEY, SPARSE_KEY, INJECT_KEY})
 REPORT_METRICS = tuple(kind.reply_key for kind in REPORT_KINDS.values())
 TRAIN_REPLY_METRICS = frozenset(
     {
@@ -532,7 +524,6 @@ TRAIN_REPLY_METRICS = frozenset(
         *STREAM_METRICS,
         *LIVE_METRICS,
         *REPORT_METRICS,
-        TOPK_NORM2,
         COMPRESS_S,
         *MEASURED_METRICS,
     }
@@ -551,8 +542,10 @@ class TrainReply:
     sparse: ArrayRecord | None = None  # compressed: values and/or indices
     shared: ArrayRecord | None = None  # data injection: the samples this client shares
     compress_s: float | None = None
-    topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
-    hints: ArrayRecord | None = None  # Allreduce residual-hints: indices, checked by it
+    # the collective's own records and metrics (its ``reply_arrays``, ``reply_metrics``):
+    # shapes and numbers as they came, checked by its ``decode``
+    collective_records: Mapping[str, ArrayRecord] = dataclasses.field(default_factory=dict)
+    collective_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
     # kind (wire/reports.py) -> report, as the instructions asked
     reports: Mapping[str, Report] = dataclasses.field(default_factory=dict)
 
@@ -567,27 +560,32 @@ class TrainReply:
         if self.stream is not None:
             metrics.update(self.stream.to_metrics())
         reports_to_metrics(self.reports, metrics)
-        for key, value in (
-            (TOPK_NORM2, self.topk_norm2),
-            (COMPRESS_S, self.compress_s),
-        ):
-            if value is not None:
-                metrics[key] = value
+        metrics.update(self.collective_metrics)
+        if self.compress_s is not None:
+            metrics[COMPRESS_S] = self.compress_s
         content = RecordDict({METRICS_KEY: metrics})
         for key, record in (
             (ARRAYS_KEY, self.update),
             (SPARSE_KEY, self.sparse),
             (INJECT_KEY, self.shared),
-            (HINTS_KEY, self.hints),
+            *self.collective_records.items(),
         ):
             if record is not None:
                 content[key] = record
         return content
 
     @classmethod
-    def parse(cls, content: RecordDict, num_clients: int) -> TrainReply:
-        """Check the metrics every training reply carries; the arrays are kept as they came."""
-        only_known(content, TRAIN_REPLY_ARRAYS, TRAIN_REPLY_METRICS)
+    def parse(
+        cls,
+        content: RecordDict,
+        num_clients: int,
+        arrays: frozenset[str] = TRAIN_REPLY_ARRAYS,
+        collective_metrics: frozenset[str] = frozenset(),
+    ) -> TrainReply:
+        """Check the metrics every training reply carries; the arrays are kept as they came.
+        ``arrays``: the records a reply may carry; ``collective_metrics``: the names of the
+        collective's own metrics (finite numbers here, the collective checks the rest)."""
+        only_known(content, arrays, TRAIN_REPLY_METRICS | collective_metrics)
         if METRICS_KEY not in content.metric_records:
             raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
         metrics = content.metric_records[METRICS_KEY]
@@ -608,35 +606,26 @@ class TrainReply:
             raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
         if not math.isfinite(loss) or loss < 0:  # a cross-entropy is >= 0
             raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
-        arrays = content.array_records
+        records = content.array_records
         return cls(
             partition_id=partition_id,
             num_examples=num_examples,
             train_loss=float(loss),
             stream=StreamReport.parse(metrics),
-            update=arrays.get(ARRAYS_KEY),
-            sparse=arrays.get(SPARSE_KEY),
-            shared=arrays.get(INJECT_KEY),
-            hints=arrays.get(HINTS_KEY),
+            update=records.get(ARRAYS_KEY),
+            sparse=records.get(SPARSE_KEY),
+            shared=records.get(INJECT_KEY),
             compress_s=compress_s_of(content),
-            topk_norm2=_optional_number(metrics, TOPK_NORM2, low=0.0),
             reports=reports_from_metrics(metrics),
+            collective_records={
+                name: record
+                for name, record in records.items()
+                if name not in (ARRAYS_KEY, SPARSE_KEY, INJECT_KEY)
+            },
+            collective_metrics={
+                name: _number(metrics, name) for name in collective_metrics if name in metrics
+            },
         )
-
-
-def _optional_number(
-    metrics: Mapping[str, Any], key: str, low: float, high: float = math.inf
-) -> float | None:
-    if key not in metrics:
-        return None
-    value = metrics[key]
-    valid = isinstance(value, int | float) and not isinstance(value, bool)
-    if not valid or not low <= value <= high or not math.isfinite(value):
-        what = (
-            f"a number in [{low:g}, {high:g}]" if math.isfinite(high) else "a non-negative number"
-        )
-        raise ValueError(f"{key} {value!r} is not {what}")
-    return float(value)
 
 
 def compress_s_of(content: RecordDict, most: float = math.inf) -> float | None:

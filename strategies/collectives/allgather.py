@@ -52,6 +52,7 @@ class Allgather:
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = OWN_TOPK_GAIN
     own_settings: ClassVar[tuple[str, ...]] = ()
+    reply_metrics: ClassVar[frozenset[str]] = frozenset()
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
 
     @classmethod
@@ -88,14 +89,11 @@ class Allgather:
             raise PayloadError("the model's buffers (sent every round) are missing")
         return sparse
 
-    def round_index_set(self) -> Indices | None:
-        return None
-
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
         return {}
 
-    def round_hint_count(self) -> int:
-        return 0
+    def round_config(self) -> dict[str, int | float]:
+        return {}
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         defended = yield from combine(participants, TRAIN)

@@ -70,24 +70,30 @@ from wire.codec import (
     topk_count,
 )
 from wire.keys import (
-    HINTS_KEY,
-    INDICES_ACTION,
+    INDEX_SET_KEY,
     SPARSE_KEY,
     TRAIN,
-    TRAIN_INDICES,
-    TRAIN_VALUES,
-    VALUES_ACTION,
 )
 from wire.layout import Layout
 from wire.messages import (
     PhaseReply,
     PhaseRequest,
     TrainReply,
+    count_in,
     index_set_of,
     required_sparse,
 )
 from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
+
+# Allreduce's own names on the wire
+TOPK_NORM2 = "topk-norm2"  # a leader-phase training reply's ||TopK(e)||² (the VAR score)
+HINT_COUNT = "hint-count"  # residual-hints: how many residual indices to report
+HINTS_KEY = "residual-hints"  # residual-hints: where a client's residual is largest
+INDICES_ACTION = "indices"  # the index phase: "train.indices"
+VALUES_ACTION = "values"  # the value phase: "train.values"
+TRAIN_INDICES = f"{TRAIN}.{INDICES_ACTION}"
+TRAIN_VALUES = f"{TRAIN}.{VALUES_ACTION}"
 
 PENDING_KEY = "ef-pending"  # e, held between the training and the value phase
 OWN_INDICES_KEY = "ef-pending-indices"  # TopK(e) outside the buffers: the leader's index set
@@ -121,20 +127,19 @@ def _train(job: ClientRound) -> ClientPayload:
     compensated = ErrorFeedback.from_state(job.state, size).compensate(
         job.update, job.error_feedback_clip, job.always_sent
     )
-    if job.instruction.index_set is not None:
-        encoded = send_at(
-            job.state, compensated, job.instruction.index_set, job.compressor, job.rng
-        )
-        hints = None
-        if job.instruction.hint_count:
+    index_set = index_set_of(job.content, size)
+    if index_set is not None:
+        encoded = send_at(job.state, compensated, index_set, job.compressor, job.rng)
+        records = {}
+        if count := count_in(job.content, HINT_COUNT, size):
             residual = ErrorFeedback.from_state(job.state, size).residual
-            hints = indices_record(topk_indices(residual, job.instruction.hint_count), size)
-        return ClientPayload(sparse=ArrayRecord(encoded.arrays), hints=hints)
+            records[HINTS_KEY] = indices_record(topk_indices(residual, count), size)
+        return ClientPayload(sparse=ArrayRecord(encoded.arrays), records=records)
     store_vector(job.state, PENDING_KEY, compensated)
     k = topk_count(size, job.instruction.compression.ratio)
     own = topk_outside(compensated, k, job.always_sent)
     job.state[OWN_INDICES_KEY] = indices_record(own, size)
-    return ClientPayload(topk_norm2=topk_energy(compensated, own))
+    return ClientPayload(metrics={TOPK_NORM2: topk_energy(compensated, own)})
 
 
 def _held(action: ClientAction) -> Vector:
@@ -167,12 +172,17 @@ def _values(action: ClientAction) -> ArrayRecord:
 # --- server half -----------------------------------------------------------------------------
 
 
+def claim_of(p: Participant) -> float:
+    """A participant's ||TopK(e)||² claim (its decode checked it is there and >= 0)."""
+    return p.reply.collective_metrics.get(TOPK_NORM2, 0.0)
+
+
 def _star_leader(server_round: int, participants: Sequence[Participant]) -> Participant:
     return participants[server_round % len(participants)]
 
 
 def _var_leader(server_round: int, participants: Sequence[Participant]) -> Participant:
-    return max(participants, key=lambda p: (p.reply.topk_norm2 or 0.0, -p.partition_id))
+    return max(participants, key=lambda p: (claim_of(p), -p.partition_id))
 
 
 Hints = Sequence[tuple[float, Indices]]  # (a client's aggregation weight, its residual indices)
@@ -296,7 +306,7 @@ def implausible_claims(participants: Sequence[Participant]) -> dict[int, str]:
     """Node id -> why its ||TopK(e)||² claim is refused: more than ``CLAIM_SPREAD`` x the median
     of the others' claims (a claim the server can only check after it has led a round). From
     three claims up: of two, either may be the odd one."""
-    claims = [p.reply.topk_norm2 or 0.0 for p in participants]
+    claims = [claim_of(p) for p in participants]
     reasons: dict[int, str] = {}
     if len(claims) < MIN_CLAIMS:
         return reasons
@@ -315,7 +325,7 @@ def own_topk_share(p: Participant, chosen: NDArray[np.bool_]) -> float | None:
     sent at the leader's indices (1 for the leader). Both over the weights: ``chosen`` marks
     the entries of I that are not buffers, as TopK(e) leaves buffers out. None before its
     values came."""
-    values, norm2 = p.contribution, p.reply.topk_norm2 or 0.0
+    values, norm2 = p.contribution, claim_of(p)
     if not isinstance(values, np.ndarray):
         return None
     at = values[chosen]
@@ -352,6 +362,7 @@ class Allreduce:
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = SHARED_INDEX_GAIN
     own_settings: ClassVar[tuple[str, ...]] = ("index-policy", "leader", "index-hints")
+    reply_metrics: ClassVar[frozenset[str]] = frozenset({TOPK_NORM2})
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {
         INDICES_ACTION: _indices,
         VALUES_ACTION: _values,
@@ -364,7 +375,9 @@ class Allreduce:
 
     @classmethod
     def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> Allreduce:
-        return cls(settings.leader, settings.index_policy, settings.index_hints, always_sent)
+        return cls(
+            settings.leader, settings.index_policy, settings.index_hints, always_sent, layout.size
+        )
 
     def __init__(
         self,
@@ -372,42 +385,49 @@ class Allreduce:
         index_policy: str = "leader",
         index_hints: float = 0.0,
         always_sent: Indices | None = None,
+        size: int = 0,
     ) -> None:
+        self.size = size  # the model's length, for the index set's encoding
         # the model's buffers: in every index set (see ClientRound.always_sent)
         self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
         self.choose_leader = LEADERS[leader]
         self.index_policy = INDEX_POLICIES[index_policy](index_hints)
-        self._index_set: Indices | None = None  # for the next round (one-phase policies)
+        # one-phase policies: the index set sent with a round's instructions, kept until the
+        # round's aggregate chooses the next one
+        self._index_set: Indices | None = None
         self.caught: set[int] = set()  # partitions whose norm claim their values contradicted
 
-    def round_index_set(self) -> Indices | None:
-        return self._index_set
-
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
-        return {}
+        if self._index_set is None:
+            return {}
+        return {INDEX_SET_KEY: indices_record(self._index_set, self.size)}
 
-    def round_hint_count(self) -> int:
+    def round_config(self) -> dict[str, int | float]:
+        count = self._hint_count()
+        return {HINT_COUNT: count} if count else {}
+
+    def _hint_count(self) -> int:
         if self._index_set is None:
             return 0
         return hint_count(self._index_set.size, self.index_policy.hint_share)
 
     def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
-        if plan.index_set is None:
+        if self._index_set is None:
             return frozenset()  # the leader's phases bring the values
-        hints = hint_count(plan.index_set.size, self.index_policy.hint_share)
-        return frozenset({SPARSE_KEY, HINTS_KEY} if hints else {SPARSE_KEY})
+        return frozenset({SPARSE_KEY, HINTS_KEY} if self._hint_count() else {SPARSE_KEY})
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | None:
-        if plan.index_set is not None:
+        if self._index_set is not None:
             self._hints_of(reply, plan)  # checked now: a bad hint refuses the reply
-            return plan.compressor.decode(required_sparse(reply.sparse), plan.index_set.size)
-        if reply.topk_norm2 is None:
-            raise ValueError("topk-norm2 None is not a non-negative number")
+            return plan.compressor.decode(required_sparse(reply.sparse), self._index_set.size)
+        claim = reply.collective_metrics.get(TOPK_NORM2)
+        if claim is None or not claim >= 0.0:
+            raise ValueError(f"topk-norm2 {claim!r} is not a non-negative number")
         return None  # values come in the value phase
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
-        if plan.index_set is not None:
-            return self._one_phase(plan, plan.index_set, participants)
+        if self._index_set is not None:
+            return self._one_phase(plan, self._index_set, participants)
         return self._leader_phases(plan, participants)
 
     def _one_phase(
@@ -435,7 +455,7 @@ class Allreduce:
         self._index_set = self._with_always_sent(
             self.index_policy.next_index_set(update, plan.k, hints, self.always_sent)
         )
-        return Aggregate(participants, update, factor)
+        return Aggregate(participants, update, gain_factor=factor)
 
     def _with_always_sent(self, index_set: Indices | None) -> Indices | None:
         if index_set is None or not self.always_sent.size:
@@ -444,14 +464,12 @@ class Allreduce:
 
     def _hints_of(self, reply: TrainReply, plan: RoundPlan) -> Indices | None:
         """A reply's residual indices, when this round asked for them (exactly that many)."""
-        if plan.index_set is None:
-            return None
-        count = hint_count(plan.index_set.size, self.index_policy.hint_share)
+        count = self._hint_count()
         if not count:
             return None
-        if reply.hints is None:
+        if HINTS_KEY not in reply.collective_records:
             raise ValueError(f"{HINTS_KEY} missing: {count} residual indices were asked for")
-        hints = decode_indices(reply.hints, plan.size)
+        hints = decode_indices(reply.collective_records[HINTS_KEY], plan.size)
         if hints.size != count:
             raise PayloadError(f"{HINTS_KEY}: {hints.size} indices, expected {count}")
         return hints
@@ -581,7 +599,7 @@ class Allreduce:
     def _check_claim(self, leader: Participant, values: Vector) -> None:
         """The leader sent its own Top-k: the energy of its values there is what it claimed
         (up to the compressor's rounding). A leader caught lying leads no more."""
-        claimed = leader.reply.topk_norm2 or 0.0
+        claimed = claim_of(leader)
         sent = float(values.astype(np.float64) @ values)
         if not math.isclose(sent, claimed, rel_tol=CLAIM_TOLERANCE, abs_tol=1e-12):
             self.caught.add(leader.partition_id)

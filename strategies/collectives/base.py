@@ -86,8 +86,10 @@ class ClientPayload:
 
     update: ArrayRecord | None = None  # dense: in the model's layout
     sparse: ArrayRecord | None = None  # compressed
-    topk_norm2: float | None = None  # Allreduce with a leader: ||TopK(e)||²
-    hints: ArrayRecord | None = None  # Allreduce residual-hints: its largest residual indices
+    # the collective's own records and metrics beside them (its ``reply_arrays`` and
+    # ``reply_metrics``)
+    records: Mapping[str, ArrayRecord] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 # --- server half -----------------------------------------------------------------------------
@@ -204,7 +206,6 @@ class RoundPlan:
     ratio: float
     k: int  # entries a compressed reply carries
     compressor: Compressor
-    index_set: Indices | None  # Allreduce, one-phase index policies: sent with the round
     weights: Weights  # aggregation weights of participants
     # partitions the defence judged against (its verdicts so far: none of them leads)
     distrusted: frozenset[int]
@@ -225,7 +226,9 @@ class CompactUpdate(Protocol):
 class Aggregate:
     participants: list[Participant]  # whose contributions were aggregated, by partition id
     update: Update | None  # None: nothing to apply
-    shared_index_factor: float | None = None  # Allreduce with a leader: ||e[I]||² / ||TopK(e)||²
+    # the round's measured gain over the clients' own Top-k gain at c, for a gain model that
+    # scales that curve (SHARED_INDEX_GAIN); None where not measured
+    gain_factor: float | None = None
     # ``update`` in a smaller encoding for the replicas (PowerSGD's factors); sent instead of
     # it when the step applied is exactly the update (strategies/replicas.py)
     compact: CompactUpdate | None = None
@@ -398,6 +401,7 @@ class Collective(Protocol):
     compressed: ClassVar[bool]  # replicas and compression configs (else the dense model goes)
     gain: ClassVar[str | None]  # OWN_TOPK_GAIN, SHARED_INDEX_GAIN, or None (no gain model)
     own_settings: ClassVar[tuple[str, ...]]  # the run-config keys only this collective reads
+    reply_metrics: ClassVar[frozenset[str]]  # metrics of its own in a training reply
     client_actions: ClassVar[Mapping[str, ActionHandler]]  # further types: "train.<action>"
 
     @staticmethod
@@ -410,16 +414,12 @@ class Collective(Protocol):
         strategy refuses any other (nobody would read it, yet it would be charged)."""
         ...
 
-    def round_index_set(self) -> Indices | None:
-        """An index set that travels with this round's instructions, if the collective has one."""
-        ...
-
-    def round_hint_count(self) -> int:
-        """How many residual indices each client reports with this round's reply (0: none)."""
-        ...
-
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
         """Records of the collective's own that travel with this round's instructions."""
+        ...
+
+    def round_config(self) -> dict[str, int | float]:
+        """Entries of the collective's own in this round's instruction config."""
         ...
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program: ...

@@ -47,6 +47,7 @@ class Dense:
     compressed: ClassVar[bool] = False
     gain: ClassVar[str | None] = None
     own_settings: ClassVar[tuple[str, ...]] = ()
+    reply_metrics: ClassVar[frozenset[str]] = frozenset()
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
     PEER: ClassVar[dict[str, PeerCost]] = {
         "ring": lambda n, m, c, link: ring_allreduce(n, m, link),
@@ -75,14 +76,11 @@ class Dense:
             raise ValueError("update contains NaN or infinite values")
         return update
 
-    def round_index_set(self) -> Indices | None:
-        return None
-
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
         return {}
 
-    def round_hint_count(self) -> int:
-        return 0
+    def round_config(self) -> dict[str, int | float]:
+        return {}
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         defended = yield from combine(participants, None)

@@ -181,6 +181,7 @@ class PowerSgd:
     compressed: ClassVar[bool] = True
     gain: ClassVar[str | None] = None
     own_settings: ClassVar[tuple[str, ...]] = ("powersgd-rank",)
+    reply_metrics: ClassVar[frozenset[str]] = frozenset()
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
     PEER: ClassVar[dict[str, DenseCost]] = {
         "ring": ring_allreduce,
@@ -249,11 +250,8 @@ class PowerSgd:
     def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
         return frozenset({SPARSE_KEY})
 
-    def round_index_set(self) -> Indices | None:
-        return None
-
-    def round_hint_count(self) -> int:
-        return 0
+    def round_config(self) -> dict[str, int | float]:
+        return {}
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector:
         """P_i per matrix, then the dense values."""

@@ -128,8 +128,8 @@ class Nsga2Ratio:
             [p.reply.reports[GAIN_GRID] for p in reporting],  # type: ignore[misc]
             [p.num_examples for p in reporting],
         )
-        if aggregate.shared_index_factor is not None:
-            self.schedule.observe_shared_gain(aggregate.shared_index_factor)
+        if aggregate.gain_factor is not None:
+            self.schedule.observe_shared_gain(aggregate.gain_factor)
 
     def record(self) -> dict[str, Any]:
         solve = self.schedule.last_solve

@@ -12,7 +12,7 @@ from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce, shared_index_factor
+from strategies.collectives.allreduce import TOPK_NORM2, Allreduce, shared_index_factor
 from strategies.collectives.base import Outlook, Participant
 from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
@@ -113,7 +113,7 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
     def participant(pid: int, examples: int, values: list[float], norm2: float) -> Participant:
         return Participant(
             node_id=pid,
-            reply=TrainReply(pid, examples, 0.0, topk_norm2=norm2),
+            reply=TrainReply(pid, examples, 0.0, collective_metrics={TOPK_NORM2: norm2}),
             bytes_up=0,
             measured=None,
             contribution=np.asarray(values, dtype=np.float32),

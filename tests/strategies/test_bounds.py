@@ -14,13 +14,13 @@ from common.settings import settings_with
 from scripts.in_process import InProcessGrid
 from server.build import bounds
 from strategies.bounds import Bounds
-from strategies.collectives.allreduce import implausible_claims
+from strategies.collectives.allreduce import HINTS_KEY, TOPK_NORM2, implausible_claims
 from strategies.collectives.base import Participant
 from tests.helpers import RewriteRound, reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import raw_array
-from wire.keys import ARRAYS_KEY, GAIN_GRID, HINTS_KEY
+from wire.keys import ARRAYS_KEY, GAIN_GRID
 from wire.messages import LiveCounts, StreamReport, TrainReply
 
 BOUNDS = Bounds(
@@ -178,7 +178,12 @@ def test_a_var_leader_caught_lying_leads_no_more() -> None:
 
 def _claiming(claims: list[float]) -> list[Participant]:
     return [
-        Participant(100 + i, TrainReply(i, 32, 1.0, topk_norm2=claim), bytes_up=0, measured=None)
+        Participant(
+            100 + i,
+            TrainReply(i, 32, 1.0, collective_metrics={TOPK_NORM2: claim}),
+            bytes_up=0,
+            measured=None,
+        )
         for i, claim in enumerate(claims)
     ]
 
@@ -241,8 +246,8 @@ def _with_record(name: str, size: int) -> Any:
     ("overrides", "name", "reason"),
     [
         ({}, "attachment", "records nobody reads: attachment"),
-        ({}, HINTS_KEY, f"records nobody reads this round: {HINTS_KEY}"),  # dense reads no hints
-        ({"strategy": "topk", "collective": "allgather"}, ARRAYS_KEY, "nobody reads this round"),
+        ({}, HINTS_KEY, f"records nobody reads: {HINTS_KEY}"),  # dense reads no hints
+        ({"strategy": "topk", "collective": "allgather"}, ARRAYS_KEY, "nobody reads"),
     ],
 )
 def test_a_record_nobody_reads_is_refused_not_charged(

@@ -6,7 +6,7 @@ from flwr.app import RecordDict
 from compress import COMPRESSORS
 from compress.base import RESIDUAL_KEY, ErrorFeedback
 from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import PENDING_KEY, Allreduce
+from strategies.collectives.allreduce import PENDING_KEY, TOPK_NORM2, Allreduce
 from strategies.collectives.base import ClientAction, ClientRound
 from wire.codec import Sparse
 from wire.layout import Layout
@@ -52,7 +52,9 @@ def test_shared_indices_invariant_residual_keeps_everything_else() -> None:
         update = rng.standard_normal(500).astype(np.float32)
         payload = Allreduce.client_train(_job(state, update, ratio=20 / 500))
         compensated = update + residual
-        assert payload.topk_norm2 == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()
+        assert (
+            payload.metrics[TOPK_NORM2] == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()
+        )
         shared = np.sort(rng.choice(500, size=20, replace=False))  # someone else's indices
         request = PhaseRequest(round_ + 1, 20 / 500, shared, 500)
         action = ClientAction(

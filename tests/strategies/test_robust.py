@@ -7,6 +7,7 @@ from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
 from scripts.attacks import ATTACKER, AttackGrid, _scaled
+from strategies.collectives.allreduce import TRAIN_VALUES
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from tests.helpers import (
@@ -19,7 +20,7 @@ from tests.helpers import (
 )
 from tests.strategies.test_dense import PROFILE, SHAPES, _record
 from tests.strategies.test_topk_federation import _run, _settings
-from wire.keys import TRAIN, TRAIN_VALUES
+from wire.keys import TRAIN
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")

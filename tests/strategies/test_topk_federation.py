@@ -11,7 +11,7 @@ from common.settings import Settings, settings_with
 from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
-from strategies.collectives.allreduce import LEADERS
+from strategies.collectives.allreduce import LEADERS, TOPK_NORM2, claim_of
 from strategies.collectives.base import Participant
 from strategies.edge import EdgeStrategy
 from tests.helpers import assert_replicas_hold_the_model_before_last, unit_clock
@@ -126,12 +126,12 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     update = np.linspace(-1.0, 1.0, size).astype(np.float32)
     update[buffers] = 100.0  # e.g. counters and running variances, far larger than any weight
     state = RecordDict()
-    instruction = SimpleNamespace(compression=SimpleNamespace(ratio=ratio), index_set=None)
+    instruction = SimpleNamespace(compression=SimpleNamespace(ratio=ratio))
     job = ClientRound(state, update, instruction, None, None, None, buffers)  # type: ignore[arg-type]
     payload = Allreduce.client_train(job)
     weights = np.delete(update, buffers).astype(np.float64)
     k = topk_count(size, ratio)
-    assert payload.topk_norm2 == pytest.approx(float(np.sum(np.sort(weights**2)[-k:])))
+    assert payload.metrics[TOPK_NORM2] == pytest.approx(float(np.sum(np.sort(weights**2)[-k:])))
     action = ClientAction(state, PhaseRequest(1, ratio), RecordDict(), None, None)  # type: ignore[arg-type]
     sent = decode_indices(Allreduce.client_actions["indices"](action), size)
     assert sent.size == k and not np.isin(sent, buffers).any()
@@ -165,7 +165,7 @@ def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch)
     choose = LEADERS["var"]
 
     def spy(server_round: int, participants: list[Participant]) -> Participant:
-        scores.update({p.node_id: p.reply.topk_norm2 or 0.0 for p in participants})
+        scores.update({p.node_id: claim_of(p) for p in participants})
         return choose(server_round, participants)
 
     monkeypatch.setitem(LEADERS, "var", spy)
