@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	# System packages the tests start on loopback ports of their own: mosquitto (the MQTT broker
-	# of the stream tests) and nginx (scripts/fleet_gate.py, in front of a TLS SuperLink).
+	# of the stream tests) and nginx (commands/fleet_gate.py, in front of a TLS SuperLink).
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; } || missing="$$missing mosquitto"; \
 	{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing="$$missing nginx-light"; \
@@ -37,16 +37,16 @@ $(STAMP): pyproject.toml
 			"it will skip (install it: sudo apt-get install$$missing)"; \
 	fi
 	# `flwr run .` as Flower users type it: FLWR_HOME in the repo, runtime installs off.
-	$(BIN)/python -m scripts.flwr_home setup
+	$(BIN)/python -m commands.flwr_home setup
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m scripts.run_simulation --run-config "$(RUN_CONFIG)"
+	$(BIN)/python -m commands.run --run-config "$(RUN_CONFIG)"
 
 compare: $(STAMP)
-	$(BIN)/python -m scripts.compare $(NAME) --jobs $(JOBS)
+	$(BIN)/python -m commands.compare $(NAME) --jobs $(JOBS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -68,7 +68,7 @@ from google.protobuf.message import DecodeError
 
 from client.data_process import partition_in_child
 from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
-from common.flower_polls import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
+from common.flower_patches import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
 from common.settings import Settings
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker

@@ -3,7 +3,7 @@
 Every argument is Flower's, plus ``--idle-poll-s`` (Flower's: 3 s), ``--reply-poll-s`` (0.5 s)
 and ``--heartbeat-interval-s`` (30 s; the SuperLink drops a node silent for twice that, and
 the node answers for a task whose process died after twice that); see
-``common.flower_polls`` for what is shortened and what it costs.
+``common.flower_patches`` for what is shortened and what it costs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common.flower_polls import (
+from common.flower_patches import (
     DEFAULT_IDLE_POLL_S,
     DEFAULT_REPLY_POLL_S,
     set_heartbeat,

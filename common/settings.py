@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.flower_polls import check_flower
+from common.flower_patches import check_flower
 from common.rates import check_stream_rates
 from common.synthetic import NUM_FEATURES
 from wire.stream_samples import parse_broker

@@ -13,11 +13,10 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
 from common.data import data_spec, server_test_split, server_validation_split
-from common.flower_polls import shorten_grid_pull
+from common.flower_patches import shorten_grid_pull, tune_simulation_process
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
 from common.settings import PROJECT_ROOT, Settings
-from common.simulation_pickup import tune_simulation_process
 from common.workload import check_workload
 from compress import COMPRESSORS
 from server.build import (
@@ -56,7 +55,7 @@ from wire.stream_samples import parse_broker
 
 app = ServerApp()
 # Flower's simulation process imports this module before its engine starts: shorten the
-# engine's pickup and keep numpy to one BLAS thread there (common/simulation_pickup.py).
+# engine's pickup and keep numpy to one BLAS thread there (common/flower_patches.py).
 tune_simulation_process()
 
 

@@ -5,18 +5,19 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 
-if TYPE_CHECKING:  # scripts.broker imports the launchers' modules: only the MQTT tests pay
+from common.flower_patches import set_task_identity
+
+if TYPE_CHECKING:  # commands.broker imports the launchers' modules: only the MQTT tests pay
     from wire.stream_samples import BrokerAddress
 
 
 @pytest.fixture
-def task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+def task_identity() -> Iterator[None]:
     """Message() reads the run, node and task identity, which only a running federation sets."""
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+    restore = set_task_identity()
+    yield
+    restore()
 
 
 REQUIRE = "EDGEFLEX_REQUIRE_SYSTEM_PACKAGES"
@@ -35,7 +36,7 @@ def require_system_package(found: str | None, missing: str) -> None:
 @pytest.fixture(scope="session")
 def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerAddress]:
     """A mosquitto of the session's own on a free loopback port."""
-    from scripts.broker import MISSING, local_broker, mosquitto_path
+    from commands.broker import MISSING, local_broker, mosquitto_path
 
     require_system_package(mosquitto_path(), MISSING)
     with local_broker(tmp_path_factory.mktemp("mosquitto")) as address:
@@ -44,7 +45,7 @@ def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerAddr
 
 @pytest.fixture
 def nginx() -> None:
-    """nginx installed, for the fleet gate (scripts/fleet_gate.py)."""
-    from scripts.fleet_gate import MISSING, nginx_path
+    """nginx installed, for the fleet gate (commands/fleet_gate.py)."""
+    from commands.fleet_gate import MISSING, nginx_path
 
     require_system_package(nginx_path(), MISSING)

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 from numpy.typing import NDArray
 
 import compress.topk
+from common.flower_patches import set_task_identity
 from tests.records_match import TopkCutSpy, decisions, differences
 from tests.test_golden import CASES, GOLDEN_DIR, NEAR_TIE_ROUND, RECORDED_DEFAULTS, run_case
 
@@ -141,7 +141,7 @@ def main() -> None:
     swapping.add_argument("round", type=int)
     commands.add_parser("_cases")
     args = parser.parse_args()
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1
+    set_task_identity()
     if args.command == "paths":
         run_paths(args.paths)
     elif args.command == "swap":

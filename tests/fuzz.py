@@ -29,18 +29,18 @@ from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from client.node import LOCAL_DATA_KEY
 from common.data import DIGITS_SPEC, client_partition
+from common.flower_patches import set_task_identity
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import Settings, settings_with
-from scripts.in_process import InProcessGrid, run_server_app
 from server.app import build_strategy
 from server.build import train_config_record
 from server.checkpoint import CHECKPOINT_NAME
 from server.records import read_rounds
+from testing.in_process import InProcessGrid, run_server_app
 from tests.helpers import unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
@@ -371,7 +371,7 @@ def fuzz(
 ) -> tuple[dict[str, Counter[str]], list[str]]:
     """``cases`` mutated replies spread over the ``phases``: outcome counts per phase, and
     what the server said of each ``wrong`` case."""
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # type: ignore[attr-defined]
+    set_task_identity()
     rng = random.Random(seed)
     phases = list(phases)
     references = {p: (_run(p, "keep", through)[0], _run(p, "drop", through)[0]) for p in phases}

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 from flwr.app import Error, Message, Metadata, RecordDict
 
-from scripts.in_process import InProcessGrid
+from testing.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import NetworkSchedule

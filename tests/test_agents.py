@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import run_federation
-from scripts.run_simulation import parse_overrides, resolve_settings
+from commands import federation as run_federation
+from commands.run_config import parse_overrides, resolve_settings
 from server.records import read_rounds
 from tests.test_federation import RUN_TIMEOUT_S, _nothing_left, _wait_for_rounds
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from commands import run as run_simulation
 from common.settings import PROJECT_ROOT
-from scripts import run_simulation
-from scripts.in_process import InProcessGrid, run_server_app
 from server.records import WALL_CLOCK_FIELDS, read_rounds
+from testing.in_process import InProcessGrid, run_server_app
 from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
 
 # Top-k Allreduce with the variance leader: the custom actions train.indices and train.values
@@ -63,7 +63,7 @@ def test_simulation_writes_the_records_of_the_in_process_run(tmp_path: Path) -> 
     assert summary["rounds"] == 2 and summary["config"]["num-clients"] == 3
     assert summary["final_accuracy"] == rows[-1]["accuracy"]
     assert (results / "accuracy.png").exists()
-    # The engine's pickup was shortened before it started (common/simulation_pickup.py).
+    # The engine's pickup was shortened before it started (common/flower_patches.py).
     assert "simulation pickup every 0.005 s" in (results / "flower.log").read_text()
 
     # Nothing the run started is still running (its FLWR_HOME names this process).
@@ -80,7 +80,7 @@ def test_interrupted_run_stops_its_superlink(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "scripts.run_simulation",
+            "commands.run",
             "--run-config",
             f"num-clients=2 num-server-rounds=500 results-dir={results}",
         ],

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from commands import federation as run_federation
+from commands.run import FLWR_DIR
+from commands.run_config import parse_overrides, resolve_settings
 from common.rates import client_rate
 from common.settings import PROJECT_ROOT
-from scripts import run_federation
-from scripts.run_simulation import FLWR_DIR, parse_overrides, resolve_settings
 from server.records import read_rounds
 from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
 
@@ -76,7 +77,7 @@ def test_localhost_federation_of_agents_with_tls_and_supernode_auth(tmp_path: Pa
         "agent-2.log",
     ]
     # Each node's key was registered before it connected, and all three authenticated,
-    # through the fleet gate (scripts/fleet_gate.py): the Control API was not in their reach.
+    # through the fleet gate (commands/fleet_gate.py): the Control API was not in their reach.
     log = (results / "superlink.log").read_text()
     assert log.count("/v1/fleet/activate-node") >= 3
     gate_log = (results / "gate-access.log").read_text()
@@ -143,7 +144,7 @@ def test_ctrl_c_stops_the_superlink_and_every_supernode(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "scripts.run_federation",
+            "commands.federation",
             "--short-polls",  # the first round ends sooner; stopping is the same
             "--run-config",
             f"num-clients=2 num-server-rounds=100 results-dir={results}",

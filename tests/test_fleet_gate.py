@@ -1,4 +1,4 @@
-"""The fleet gate (scripts/fleet_gate.py): a real nginx in front of a real TLS SuperLink, both
+"""The fleet gate (commands/fleet_gate.py): a real nginx in front of a real TLS SuperLink, both
 on loopback. Through the gate a device reaches the Fleet API and nothing else: the Control API
 that registers SuperNode keys answers on the SuperLink's own (loopback) port only."""
 
@@ -12,9 +12,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from scripts.fleet_gate import GateFiles, local_gate
-from scripts.make_certificates import make_certificates
-from scripts.run_simulation import CONNECTION, flower_env, local_superlink, write_connection
+from commands.fleet_gate import GateFiles, local_gate
+from commands.make_certificates import make_certificates
+from commands.run import CONNECTION, flower_env, local_superlink, write_connection
 
 pytestmark = pytest.mark.usefixtures("nginx")
 

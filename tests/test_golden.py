@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import parse_overrides, resolve_settings
+from commands.run_config import parse_overrides, resolve_settings
 from server.last_rounds import LastRounds
 from server.records import read_rounds, without_wall_clock
+from testing.in_process import InProcessGrid, run_server_app
 from tests.records_match import TIE_MARGIN, TopkCutSpy, differences, round_differences
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from common.flower_polls import late_objects_until
+from common.flower_patches import late_objects_until
 from common.wake_ups import FALLBACK_POLL_S, node_topic
 from common.wrapped_grid import WrappedGrid
 

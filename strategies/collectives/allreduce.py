@@ -100,14 +100,14 @@ OWN_INDICES_KEY = "ef-pending-indices"  # TopK(e) outside the buffers: the leade
 CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
 # Clients train one model at one learning rate on batches from one data set: their Top-k
 # energies differ by a few times (at most 5.7x the median of the others' in the honest runs of
-# scripts/claim_spread.py, non-IID and rate-sized batches among them), never by a hundred.
+# benchmarks/claim_spread.py, non-IID and rate-sized batches among them), never by a hundred.
 CLAIM_SPREAD = 100.0
 MIN_CLAIMS = 3
 # An honest leader's I is its own Top-k, and clients of one model hold much of their Top-k
 # energy there: the median over the others of ||e[I]||² / ||TopK(e)||² was at least 0.048
-# (Dirichlet 0.1), 0.18-0.23 with IID data, in the honest runs of scripts/claim_spread.py. An
+# (Dirichlet 0.1), 0.18-0.23 with IID data, in the honest runs of benchmarks/claim_spread.py. An
 # index set where they hold almost none was not chosen for the model (indices 0..k-1 of the
-# MLP: 0.008-0.01, and training stops, A20 0.11 against 0.96; scripts/attacks.py ``var-pin``).
+# MLP: 0.008-0.01, and training stops, A20 0.11 against 0.96; benchmarks/attacks.py ``var-pin``).
 # The floor is less than half the least honest share. A random set of k is not caught (about
 # c / (Top-k's share of ||e||²), like an honest non-IID leader's) and only slows a round. A
 # false alarm costs little: that leader leads no more, and the round goes on with the

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from client.data_process import partition_in_child
+from commands.run_config import parse_overrides, resolve_settings
 from common.data import client_partition
-from scripts.run_simulation import parse_overrides, resolve_settings
 
 
 def test_the_child_makes_the_partition_the_node_would_make_itself() -> None:

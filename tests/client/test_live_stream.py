@@ -14,9 +14,9 @@ import pytest
 from client.live_stream import LiveStream, open_session, subscribe
 from client.stream_round import draw_stream_round
 from client.streams import ReplayStream
+from commands.publish_stream import connect_client, publish
 from common.data import client_partition, data_spec
 from common.settings import settings_with
-from scripts.publish_stream import connect_client, publish
 from wire.stream_samples import (
     BrokerAddress,
     BrokerAuth,
@@ -281,7 +281,7 @@ def test_with_a_password_file_and_acl_only_the_sensor_feeds_its_node(
     """On a broker with users and an ACL (docs/deployment.md), the node's agent reads its
     topic with its own credentials; an anonymous client cannot connect, and another sensor's
     samples for this node's topic are dropped by the broker."""
-    from scripts.broker import local_broker
+    from commands.broker import local_broker
 
     topic = sample_topic("t-auth", 7)
     users = {"node-7": "agent-secret", "sensor-7": "sensor-secret", "sensor-8": "o"}

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from commands.run_config import resolve_settings
 from common.data import client_partition, data_spec, server_test_split
 from common.local_files import DataFileError, absolute, load_csv, load_imagefolder, load_npz
 from common.settings import ConfigError, settings_with
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import resolve_settings
 from server.records import read_rounds
+from testing.in_process import InProcessGrid, run_server_app
 
 RNG = np.random.default_rng(0)
 

@@ -8,8 +8,8 @@ import pytest
 from common import synthetic
 from common.data import SYNTHETIC_SPEC, client_partition, data_spec, server_test_split
 from common.settings import ConfigError, settings_with
-from scripts.in_process import InProcessGrid, run_server_app
 from server.records import read_rounds
+from testing.in_process import InProcessGrid, run_server_app
 
 
 def test_a_client_is_the_same_whatever_else_is_generated() -> None:

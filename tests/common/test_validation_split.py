@@ -49,8 +49,8 @@ def test_synthetic_data_has_no_server_side_training_data_to_carve() -> None:
 
 @pytest.mark.usefixtures("task_identity")
 def test_every_round_records_validation_beside_test(tmp_path: Path) -> None:
-    from scripts.in_process import InProcessGrid, run_server_app
-    from scripts.run_simulation import resolve_settings
+    from commands.run_config import resolve_settings
+    from testing.in_process import InProcessGrid, run_server_app
 
     settings = resolve_settings(
         {

@@ -5,13 +5,13 @@ import pytest
 import torch
 from torch import nn
 
+from commands.run_config import parse_overrides, resolve_settings
 from common.data import DIGITS_SPEC, DataSpec
 from common.models import build_model
 from common.settings import PROJECT_ROOT
 from common.workload import check_workload, train_flops_per_sample
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import parse_overrides, resolve_settings
 from server.records import read_rounds
+from testing.in_process import InProcessGrid, run_server_app
 from timing.devices import load_catalog
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import parse_overrides, resolve_settings
+from commands.run_config import parse_overrides, resolve_settings
 from server.records import read_rounds, without_wall_clock
+from testing.in_process import InProcessGrid, run_server_app
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from commands.run_config import parse_overrides, resolve_settings
 from common.settings import ConfigError
 from common.state_file import dump_state
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import parse_overrides, resolve_settings
 from server import app as server_app
 from server.checkpoint import (
     CHECKPOINT_NAME,
@@ -25,6 +24,7 @@ from server.checkpoint import (
     read_checkpoint,
 )
 from server.records import read_rounds, without_wall_clock
+from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import CONFIG_KEY, SERVER_ROUND
 from wire.packing import unpack
 

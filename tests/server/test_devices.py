@@ -51,7 +51,9 @@ def test_every_shipped_preset_cites_its_source() -> None:
     catalog = load_catalog(PROJECT_ROOT / "configs" / "devices.toml")
     for name in catalog.presets:
         block = text.split(f"[preset.{name}]")[1].split("[")[0]
-        assert "source = " in block and ("http" in block or "scripts.bench_device" in block), name
+        assert "source = " in block and ("http" in block or "benchmarks.bench_device" in block), (
+            name
+        )
 
 
 def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
-from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import TOPK_NORM2, Allreduce, shared_index_factor
 from strategies.collectives.base import Outlook, Participant
+from testing.in_process import InProcessGrid
 from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
 from timing.devices import MBPS, DeviceProfile

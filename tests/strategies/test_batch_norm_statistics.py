@@ -104,9 +104,9 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     from common.data import DIGITS_SPEC, server_validation_split
     from common.models import build_model
     from common.params import buffer_positions
-    from scripts.in_process import InProcessGrid
     from server.app import build_strategy
     from server.build import train_config_record
+    from testing.in_process import InProcessGrid
     from tests.helpers import unit_clock
     from tests.strategies.test_topk_federation import PROFILE
     from wire.layout import Layout
@@ -158,8 +158,8 @@ def test_the_diagnosis_records_accuracy_with_recomputed_statistics(tmp_path: Pat
     recomputed by the server itself, the first equals the accuracy as evaluated."""
     import json
 
-    from scripts.in_process import InProcessGrid, run_server_app
-    from scripts.run_simulation import resolve_settings
+    from commands.run_config import resolve_settings
+    from testing.in_process import InProcessGrid, run_server_app
 
     rows = {}
     for policy in ("averaged", "recomputed"):

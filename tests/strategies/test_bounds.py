@@ -11,11 +11,11 @@ import pytest
 from flwr.app import ArrayRecord, Message, RecordDict
 
 from common.settings import settings_with
-from scripts.in_process import InProcessGrid
 from server.build import bounds
 from strategies.bounds import Bounds
 from strategies.collectives.allreduce import HINTS_KEY, TOPK_NORM2, implausible_claims
 from strategies.collectives.base import Participant
+from testing.in_process import InProcessGrid
 from tests.helpers import RewriteRound, reply_message, train_reply
 from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
 from tests.strategies.test_topk_federation import _run, _settings
@@ -325,10 +325,10 @@ def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
 
 
 class PinningGrid(InProcessGrid):
-    """Node 101 as the ``var-pin`` attacker of scripts/attacks.py, in every phase."""
+    """Node 101 as the ``var-pin`` attacker of benchmarks/attacks.py, in every phase."""
 
     def __init__(self, settings) -> None:  # type: ignore[no-untyped-def]
-        from scripts.attacks import VarPin
+        from testing.attacks import VarPin
 
         super().__init__(settings)
         self.attack = VarPin()

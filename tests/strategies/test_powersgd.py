@@ -14,9 +14,9 @@ from flwr.app import Message, RecordDict
 
 from compress import low_rank
 from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
-from scripts.in_process import InProcessGrid
 from strategies.collectives.base import ClientAction, ClientRound
 from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
+from testing.in_process import InProcessGrid
 from tests.helpers import assert_replicas_hold_the_model_before_last
 from tests.strategies.test_topk_federation import _run, _settings
 from wire.codec import decode_values, raw_array, values_record

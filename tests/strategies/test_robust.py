@@ -6,10 +6,10 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
-from scripts.attacks import ATTACKER, AttackGrid, _scaled
 from strategies.collectives.allreduce import TRAIN_VALUES
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
+from testing.attacks import ATTACKER, AttackGrid, scaled
 from tests.helpers import (
     FakeGrid,
     make_strategy,
@@ -146,7 +146,7 @@ def test_an_attacker_copying_an_honest_update_cannot_get_it_refused() -> None:
 
 def test_honest_updates_as_alike_as_measured_are_no_copies_and_judge_a_flipped_one() -> None:
     """Honest updates about as alike as the most alike pairs measured (0.96-0.9964,
-    scripts/copy_spread.py): four such updates are kept, and a flipped fifth is still refused
+    benchmarks/copy_spread.py): four such updates are kept, and a flipped fifth is still refused
     once judged."""
     rng, screen, caught = np.random.default_rng(5), ClipScreen(3.0), []
     for _ in range(ClipScreen.MIN_ROUNDS + 5):
@@ -292,7 +292,7 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
 
 @pytest.mark.parametrize("mode", ["dense", "allgather", "allreduce-var"])
 def test_a_coalition_of_two_sending_one_flipped_update_is_refused(mode: str) -> None:
-    """scripts/attacks.py's ``collude-2``: nodes 100 and 101 of 6 send one update, flipped."""
+    """benchmarks/attacks.py's ``collude-2``: nodes 100 and 101 of 6 send one update, flipped."""
     settings = _settings(num_clients=6, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode])
     rounds = ClipScreen.MIN_ROUNDS + 6
     grid = AttackGrid(settings, "collude-2")
@@ -313,7 +313,7 @@ def test_a_refused_node_picks_no_index_set() -> None:
         num_clients=5, batch_size=32, robust="clip-screen", **SCREENED_MODES["allreduce-star"]
     )
     grid = AttackGrid(settings, None)
-    grid.attack, grid.rewrites = (lambda content, _: _scaled(content, -1.0)), {TRAIN, TRAIN_VALUES}
+    grid.attack, grid.rewrites = (lambda content, _: scaled(content, -1.0)), {TRAIN, TRAIN_VALUES}
     rounds = 16  # STAR would hand round 15 to partition 0, the attacker
     _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
     refused_from = min(r for r in range(1, rounds + 1) if strategy.stats[r].refused)

@@ -8,11 +8,11 @@ import pytest
 from flwr.app import MetricRecord, RecordDict
 
 from client.replica import REPLICA_KEY
+from commands.run_config import parse_overrides, resolve_settings
 from compress.base import RESIDUAL_KEY, load_vector
-from scripts.in_process import InProcessGrid, run_server_app
-from scripts.run_simulation import parse_overrides, resolve_settings
 from server.records import read_rounds, without_wall_clock
 from strategies.sampling import ClientSampler
+from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import METRICS_KEY, PARTITION_ID
 from wire.messages import parse_identity
 

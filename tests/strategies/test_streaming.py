@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from scripts.run_simulation import parse_overrides, resolve_settings
+from commands.run_config import parse_overrides, resolve_settings
 from strategies.collectives.base import Participant
 from strategies.policies.lr import LastRound, learning_rate
 from strategies.policies.weights import WEIGHTS

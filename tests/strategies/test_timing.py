@@ -91,9 +91,9 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     from common.data import DIGITS_SPEC
     from common.models import build_model
     from common.params import model_to_vector
-    from scripts.in_process import InProcessGrid
     from server.app import build_strategy
     from server.build import train_config_record
+    from testing.in_process import InProcessGrid
     from tests.strategies.test_topk_federation import _settings
     from wire.layout import Layout
 

@@ -8,12 +8,12 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
 from common.settings import Settings, settings_with
-from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allreduce import LEADERS, TOPK_NORM2, claim_of
 from strategies.collectives.base import Participant
 from strategies.edge import EdgeStrategy
+from testing.in_process import InProcessGrid
 from tests.helpers import assert_replicas_hold_the_model_before_last, unit_clock
 from timing.devices import DeviceProfile
 from wire.codec import index_nbytes, topk_count

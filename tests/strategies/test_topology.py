@@ -6,10 +6,10 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
-from scripts.in_process import InProcessGrid
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
+from testing.in_process import InProcessGrid
 from tests.helpers import unit_clock
 from tests.strategies.test_topk_federation import _settings
 from timing.devices import DeviceProfile

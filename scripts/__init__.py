@@ -1,1 +1,0 @@
-"""Command-line scripts: the simulation launcher, comparisons and benchmarks."""

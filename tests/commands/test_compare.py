@@ -1,0 +1,129 @@
+"""The comparison runner on configs/compare/smoke.toml, and comparison files that are wrong."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commands import compare, compare_spec
+from commands.run import FLWR_DIR
+from common.settings import ConfigError
+from tests.helpers import processes_with_env
+
+
+def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "home-")))
+    assert compare.main(["smoke", "--out", str(out), "--jobs", "2"]) == 0
+    for run in ("dense", "topk-0.1"):
+        assert (out / run / "seed-3" / "summary.json").exists()
+        assert (out / run / "seed-3" / "run.log").read_text()  # the run's own output
+    for name in (
+        "comparison.csv",
+        "comparison.md",
+        "accuracy_vs_time.png",
+        "accuracy_vs_bytes.png",
+    ):
+        assert (out / name).stat().st_size > 0
+    table = (out / "comparison.md").read_text()
+    assert "| dense |" in table and "| topk-0.1 |" in table
+    assert "| 1.00x (dense) |" in table  # the baseline against itself
+    csv_lines = (out / "comparison.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in csv_lines[1:]] == ["dense", "topk-0.1"]
+
+    # A second call skips both runs (their records are kept as they were) and rewrites the table.
+    stamps = {
+        run: (out / run / "seed-3" / "summary.json").stat().st_mtime_ns
+        for run in ("dense", "topk-0.1")
+    }
+    jobs = compare.plan(compare_spec.load(compare_spec.find("smoke")), out)
+    assert all(job.done for job in jobs)
+    assert compare.main(["smoke", "--out", str(out)]) == 0
+    # An edited entry is not taken from the old records.
+    edited = compare.plan(compare_spec.load(compare_spec.find("smoke")), out)[1]
+    edited.expected["learning-rate"] = 0.123
+    assert edited.recorded and not edited.done
+    assert stamps == {
+        run: (out / run / "seed-3" / "summary.json").stat().st_mtime_ns
+        for run in ("dense", "topk-0.1")
+    }
+    # Every run stopped its SuperLink: no Flower process appeared that is still alive.
+    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "home-"))) <= before
+
+
+def test_same_seed_same_partitions_for_every_run(tmp_path: Path) -> None:
+    comparison = compare_spec.load(compare_spec.find("smoke"))
+    jobs = compare.plan(comparison, tmp_path)
+    assert [(j.run, j.seed) for j in jobs] == [("dense", 3), ("topk-0.1", 3)]
+    for job in jobs:
+        assert job.overrides["seed"] == 3 and job.overrides["num-clients"] == 3
+        assert job.overrides["results-dir"] == str(tmp_path / job.run / "seed-3")
+
+
+HEAD = 'baseline = "a"\ntarget = 0.9\nseeds = [1]\n'
+RUN_A = '[[runs]]\nname = "a"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (HEAD, "missing 'runs'"),
+        (HEAD.replace('"a"', '"b"') + RUN_A, "baseline 'b'"),
+        (HEAD.replace("0.9", "1.5") + RUN_A, "target must be"),
+        (HEAD.replace("[1]", "[1, 1]") + RUN_A, "distinct"),
+        (HEAD + "rounds = 3\n" + RUN_A, "'rounds'"),
+        (HEAD + RUN_A + RUN_A, "used twice"),
+        (HEAD + RUN_A + "[runs.config]\nseed = 4\n", "set by the runner"),
+        (HEAD + RUN_A + '[runs.config]\nstrategy = "x"\n', "run 'a' \\(seed 1\\): strategy = 'x'"),
+        (HEAD + RUN_A + 'presets = ["configs/nope.toml"]\n', "not found"),
+    ],
+)
+def test_bad_comparison_files_are_named(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        compare_spec.load(path)
+
+
+def test_every_shipped_comparison_file_is_valid() -> None:
+    names = sorted(p.stem for p in compare_spec.COMPARE_DIR.glob("*.toml"))
+    assert {"smoke"} <= set(names)
+    for name in names:
+        comparison = compare_spec.load(compare_spec.find(name))
+        assert comparison.baseline in {r.name for r in comparison.runs}
+
+
+def test_records_from_before_a_setting_existed_count_when_its_default_is_asked(
+    tmp_path: Path,
+) -> None:
+    job = compare.plan(compare_spec.load(compare_spec.find("smoke")), tmp_path)[1]
+    job.results_dir.mkdir(parents=True)
+    old = {k: v for k, v in job.expected.items() if k != "virtual-time-budget-s"}
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": old}))
+    assert job.done  # the records were written before the setting: it ran at its default
+    job.expected["virtual-time-budget-s"] = 30.0
+    assert not job.done  # this run asks for something the records did not do
+    # A setting added after the plan was made (while the comparison ran), at its default.
+    job.expected.pop("virtual-time-budget-s")
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": old | {"x-new": 0}}))
+    assert not job.done  # not a setting: another configuration
+    newer = old | {"virtual-time-budget-s": 0.0}
+    (job.results_dir / "summary.json").write_text(json.dumps({"config": newer}))
+    assert job.done
+
+
+def test_a_subset_keeps_the_matching_runs_their_baselines_and_the_seeds_asked() -> None:
+    resnet = compare_spec.load(compare_spec.find("resnet"))
+    chosen = compare_spec.subset(resnet, ["auto-c0.01-*"], [7])
+    assert [r.name for r in chosen.runs] == [
+        "dense-c1",
+        "auto-c0.01-c1",
+        "dense-c2",
+        "auto-c0.01-c2",
+    ]
+    assert chosen.seeds == (7,)
+    assert compare_spec.subset(resnet, None, None) == resnet
+    with pytest.raises(ConfigError, match="no run matches"):
+        compare_spec.subset(resnet, ["nothing-*"], None)
+    with pytest.raises(ConfigError, match=r"seed\(s\) \[5\]"):
+        compare_spec.subset(resnet, None, [5])
