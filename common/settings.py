@@ -33,7 +33,7 @@ TABLES = {
     "leader": "strategies.collectives.allreduce:LEADERS",
     "index_policy": "strategies.collectives.allreduce:INDEX_POLICIES",
     "compressor": "compress:COMPRESSORS",
-    "topology": "strategies.collectives.cost:TOPOLOGIES",
+    "topology": "timing.cost:TOPOLOGIES",
     "cr_schedule": "strategies.policies.ratio:CR_SCHEDULES",
     "cr_selection": "strategies.policies.nsga2:SELECTIONS",
     "buffer_policy": "client.buffer:BUFFER_POLICIES",

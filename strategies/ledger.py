@@ -16,8 +16,8 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from strategies.collectives.base import Collective, Participant, RoundLog, weighted_loss
-from strategies.collectives.cost import Link
 from timing.clock import PhaseTiming, VirtualClock
+from timing.cost import Link
 from timing.measured import measured_times
 from timing.timed_grid import TimedGrid
 from wire.tally import MeasuredTimes

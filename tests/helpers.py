@@ -1,19 +1,36 @@
-"""Test helpers: Flower messages without a running federation, a fake grid, process checks."""
+"""Test helpers shared by test modules: Flower messages without a running federation, a fake
+grid, in-process federations on digits and on a two-array model, a collective's client job,
+and waits and checks for local federations' processes."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
-from flwr.app import Error, Message, Metadata, RecordDict
+from flwr.app import Array, ArrayRecord, Error, Message, Metadata, RecordDict
 
+from commands.run import FLWR_DIR
+from common.data import DIGITS_SPEC
+from common.models import build_model
+from common.params import buffer_positions, model_to_vector
+from common.settings import Settings, settings_with
+from compress import COMPRESSORS
+from server.app import build_strategy
+from server.build import train_config_record
+from strategies.collectives.base import ClientRound
+from strategies.edge import EdgeStrategy
 from testing.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import NetworkSchedule
+from wire.layout import Layout
+from wire.messages import CompressionConfig, RoundConfig, TrainInstruction
 
 # What the foundation issue asks every line of rounds.jsonl to carry.
 REQUIRED_ROUND_FIELDS = {
@@ -146,3 +163,105 @@ class RewriteRound(InProcessGrid):
             for reply in replies:
                 self.rewrite(reply.content)
         return replies
+
+
+# --- in-process federations on digits (the MLP) ----------------------------------------------
+
+DIGITS_PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
+
+
+def federation_settings(**overrides: object) -> Settings:
+    """3 clients, batches of 16, lr 0.3, seed 5, and ``overrides``."""
+    base = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
+    return settings_with(**(base | overrides))
+
+
+def run_in_process(
+    settings: Settings, rounds: int, grid: InProcessGrid | None = None
+) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
+    """``rounds`` rounds of the real strategy and ClientApps in process: the final model, the
+    strategy and the grid."""
+    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    layout = Layout.of_model(model)
+    clock = unit_clock({i: DIGITS_PROFILE for i in range(settings.num_clients)})
+    strategy = build_strategy(settings, clock, layout, buffer_positions(model))
+    grid = grid or InProcessGrid(settings)
+    result = strategy.start(
+        grid=grid,  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=rounds,
+        train_config=train_config_record(
+            learning_rate=settings.learning_rate,
+            local_steps=settings.local_steps,
+            batch_size=settings.batch_size,
+            seed=settings.seed,
+        ),
+    )
+    arrays: ArrayRecord = result.arrays
+    return layout.flatten(arrays), strategy, grid
+
+
+# --- a two-array model, replies made by hand -------------------------------------------------
+
+TINY_SHAPES = {"w": (4, 3), "b": (3,)}
+TINY_PROFILE = DeviceProfile("p", 100.0, 0.0, 1e6, 1e6, 0.01)
+
+
+def tiny_record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
+    return ArrayRecord(
+        {
+            k: Array((rng.standard_normal(s) * scale).astype(np.float32))
+            for k, s in TINY_SHAPES.items()
+        }
+    )
+
+
+def tiny_strategy(n: int) -> EdgeStrategy:
+    layout = Layout(tuple(TINY_SHAPES), tuple(TINY_SHAPES.values()))
+    strategy: EdgeStrategy = make_strategy(  # batches of up to 64: the replies claim 51
+        unit_clock({i: TINY_PROFILE for i in range(n)}), layout, num_clients=n, batch_size=64
+    )
+    return strategy
+
+
+def start_round(strategy: EdgeStrategy, global_arrays: ArrayRecord, n: int) -> None:
+    messages = list(
+        strategy.configure_train(1, global_arrays, train_config(), FakeGrid(range(100, 100 + n)))
+    )
+    assert len(messages) == n
+
+
+# --- a collective's client half, given a job by hand -----------------------------------------
+
+JOB_ROUND = RoundConfig(1, 0.1, 1, 8, 0, 0.0)
+
+
+def client_job(state: RecordDict, update: np.ndarray, ratio: float) -> ClientRound:
+    """What a collective's client half gets after local training (a one-array model)."""
+    return ClientRound(
+        state=state,
+        update=update,
+        instruction=TrainInstruction(JOB_ROUND, compression=CompressionConfig(ratio, "allgather")),
+        layout=Layout(("v",), ((update.size,),)),
+        compressor=COMPRESSORS["topk"],
+        rng=np.random.default_rng(0),
+    )
+
+
+# --- local federations: processes ------------------------------------------------------------
+
+FEDERATION_TIMEOUT_S = 400
+
+
+def nothing_left() -> bool:
+    """No process of this test process's local federations is left."""
+    return processes_with_env("FLWR_HOME", str(FLWR_DIR / f"federation-{os.getpid()}-")) == []
+
+
+def wait_for_rounds(path: Path, count: int, runner: threading.Thread) -> None:
+    """Until ``path`` (a rounds.jsonl) has ``count`` rounds; fails past the timeout or when the
+    run's thread ended first."""
+    deadline = time.monotonic() + FEDERATION_TIMEOUT_S
+    while not (path.exists() and len(path.read_text().splitlines()) >= count):
+        assert time.monotonic() < deadline and runner.is_alive(), f"round {count} never finished"
+        time.sleep(0.2)

@@ -17,7 +17,7 @@ import pytest
 from commands import federation as run_federation
 from commands.run_config import parse_overrides, resolve_settings
 from server.records import read_rounds
-from tests.test_federation import RUN_TIMEOUT_S, _nothing_left, _wait_for_rounds
+from tests.helpers import FEDERATION_TIMEOUT_S, nothing_left, wait_for_rounds
 
 pytestmark = pytest.mark.usefixtures("mqtt_broker")  # skips (or fails on CI) without mosquitto
 
@@ -37,7 +37,7 @@ def _node_ids(log: Path) -> list[int]:
 
 
 def _wait_for_node_line(log: Path, count: int) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = time.monotonic() + FEDERATION_TIMEOUT_S
     while len(_node_ids(log)) < count:
         assert time.monotonic() < deadline, f"{log.name}: the agent never connected"
         time.sleep(0.1)
@@ -55,19 +55,21 @@ def test_agents_train_on_mqtt_samples_and_a_killed_agent_comes_back_as_the_same_
     log = results / "agent-2.log"
     with run_federation.local_federation(settings, results, runtime=RUNTIME) as federation:
         runner = threading.Thread(
-            target=lambda: codes.append(federation.run_app(overrides, timeout_s=RUN_TIMEOUT_S))
+            target=lambda: codes.append(
+                federation.run_app(overrides, timeout_s=FEDERATION_TIMEOUT_S)
+            )
         )
         runner.start()
-        _wait_for_rounds(results / "rounds.jsonl", 1, runner)
+        wait_for_rounds(results / "rounds.jsonl", 1, runner)
         federation.crash_node(2)  # SIGKILL, whatever it was doing
         # A round is a fraction of a second: the one under way at the kill may have had node
         # 2's reply already; the one after it began with node 2 dead.
         crashed_after = len(read_rounds(results))
-        _wait_for_rounds(results / "rounds.jsonl", crashed_after + 2, runner)
+        wait_for_rounds(results / "rounds.jsonl", crashed_after + 2, runner)
         federation.start_node(2)  # the device comes back, its memory empty
         _wait_for_node_line(log, 2)
         restarted_after = len(read_rounds(results))  # rounds done when it was back
-        runner.join(RUN_TIMEOUT_S)
+        runner.join(FEDERATION_TIMEOUT_S)
     assert codes == [0], (results / "superlink.log").read_text()[-3000:]
     first, again = _node_ids(log)
     assert first == again  # the same node: its key, from its state directory
@@ -92,4 +94,4 @@ def test_agents_train_on_mqtt_samples_and_a_killed_agent_comes_back_as_the_same_
         assert counts["trained"] + counts["dropped"] + counts["buffered"] == counts["received"]
     # The restarted agent counts from its start; the publisher's seq did not stop.
     assert 0 < live["2"]["received"] <= live["2"]["published"]
-    assert _nothing_left()
+    assert nothing_left()

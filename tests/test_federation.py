@@ -5,7 +5,6 @@ every 3 s, so a round costs about 10 s here. The insecure federation of edge age
 short polls and MQTT is tests/test_agents.py; the crash test below runs insecure too.
 """
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,18 +20,19 @@ from commands.run_config import parse_overrides, resolve_settings
 from common.rates import client_rate
 from common.settings import PROJECT_ROOT
 from server.records import read_rounds
-from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
+from tests.helpers import (
+    FEDERATION_TIMEOUT_S,
+    REQUIRED_ROUND_FIELDS,
+    nothing_left,
+    processes_with_env,
+    wait_for_rounds,
+)
 
 # Compressed (Top-k at c = 0.1 every round) training on streaming clients at S1-normal rates.
 STREAMING_TOPK = (
     "configs/scadles.toml adaptive-delta=0 num-clients=3 num-server-rounds=2 seed=5 "
     "round-timeout-s=120"
 )
-RUN_TIMEOUT_S = 400
-
-
-def _nothing_left() -> bool:
-    return processes_with_env("FLWR_HOME", str(FLWR_DIR / f"federation-{os.getpid()}-")) == []
 
 
 def _check_measured_rounds(rows: list[dict[str, object]], rounds: int) -> None:
@@ -67,7 +67,7 @@ def test_localhost_federation_of_agents_with_tls_and_supernode_auth(tmp_path: Pa
         overrides,
         tls=True,
         runtime=run_federation.NodeRuntime(agents=True),
-        timeout_s=RUN_TIMEOUT_S,
+        timeout_s=FEDERATION_TIMEOUT_S,
     )
     assert code == 0, (results / "superlink.log").read_text()[-3000:]
     _check_measured_rounds(read_rounds(results), 2)
@@ -83,14 +83,7 @@ def test_localhost_federation_of_agents_with_tls_and_supernode_auth(tmp_path: Pa
     gate_log = (results / "gate-access.log").read_text()
     assert gate_log.count('POST /v1/fleet/activate-node HTTP/1.1" 200') >= 3
     assert "/v1/control/" not in gate_log
-    assert _nothing_left()
-
-
-def _wait_for_rounds(path: Path, count: int, runner: threading.Thread) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not (path.exists() and len(path.read_text().splitlines()) >= count):
-        assert time.monotonic() < deadline and runner.is_alive(), f"round {count} never finished"
-        time.sleep(0.2)
+    assert nothing_left()
 
 
 def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: Path) -> None:
@@ -110,14 +103,16 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
         resolve_settings(overrides), results, runtime=runtime
     ) as federation:
         runner = threading.Thread(
-            target=lambda: codes.append(federation.run_app(overrides, timeout_s=RUN_TIMEOUT_S))
+            target=lambda: codes.append(
+                federation.run_app(overrides, timeout_s=FEDERATION_TIMEOUT_S)
+            )
         )
         runner.start()
-        _wait_for_rounds(results / "rounds.jsonl", 1, runner)
+        wait_for_rounds(results / "rounds.jsonl", 1, runner)
         federation.crash_node(2)  # SIGKILL: no goodbye to the SuperLink
         crashed_after = len(read_rounds(results))  # the round under way may have had its reply
         federation.start_node(2)  # the device reboots: a new node, with empty state
-        runner.join(RUN_TIMEOUT_S)
+        runner.join(FEDERATION_TIMEOUT_S)
     assert codes == [0], (results / "superlink.log").read_text()[-3000:]
     rows = read_rounds(results)
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
@@ -135,7 +130,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
     assert back, [r["failed"] for r in rows]
     assert back[0]["model_payloads"]["full"] >= 1  # type: ignore[index]
     assert (results / "summary.json").exists()
-    assert _nothing_left()
+    assert nothing_left()
 
 
 def test_ctrl_c_stops_the_superlink_and_every_supernode(tmp_path: Path) -> None:
@@ -154,7 +149,7 @@ def test_ctrl_c_stops_the_superlink_and_every_supernode(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + RUN_TIMEOUT_S
+        deadline = time.monotonic() + FEDERATION_TIMEOUT_S
         rounds = results / "rounds.jsonl"
         while not (rounds.exists() and rounds.read_text().strip()):  # mid-run, nodes busy
             assert proc.poll() is None, "the run ended before it could be interrupted"

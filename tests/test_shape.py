@@ -10,14 +10,18 @@ from pathlib import Path
 
 from common.settings import PROJECT_ROOT
 
-PACKAGES = ("common", "wire", "compress", "timing", "strategies", "server", "client", "scripts")
+PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client", "commands")
+TOOLS = ("benchmarks", "testing")  # measurement tools, and what tests and benchmarks share
+PACKAGES = (*PRODUCT, *TOOLS)
 # Server-side code and libraries a ClientApp never needs: Flower starts one ClientApp process
 # per message, so each of these would cost every round on a Pi (pymoo, scikit-learn, datasets
 # and flwr-datasets with its plotting stack take seconds to import).
 NOT_ON_A_DEVICE = (
     "server",
     "timing",
-    "scripts",
+    "commands",
+    "benchmarks",
+    "testing",
     "strategies.acceptance",
     "strategies.edge",
     "strategies.instructions",
@@ -34,6 +38,9 @@ NOT_ON_A_DEVICE = (
     "flwr_datasets",
     "matplotlib",
 )
+# ... except the collectives' cost models: pure functions a collective's module builds its
+# tables from (timing/__init__ imports nothing)
+ON_A_DEVICE_TOO = ("timing", "timing.cost")
 
 
 def test_the_client_app_loads_no_server_side_module() -> None:
@@ -43,7 +50,12 @@ def test_the_client_app_loads_no_server_side_module() -> None:
     )
     loaded = out.stdout.split()
     assert "strategies.collectives.allreduce" in loaded  # the client halves are there
-    offending = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in NOT_ON_A_DEVICE)]
+    offending = [
+        m
+        for m in loaded
+        if any(m == p or m.startswith(p + ".") for p in NOT_ON_A_DEVICE)
+        and m not in ON_A_DEVICE_TOO
+    ]
     assert offending == []
 
 
@@ -87,7 +99,26 @@ def test_no_package_imports_another_in_a_circle() -> None:
     # The layers, bottom up: the wire owns nothing of ours; a device needs no server package.
     assert graph["wire"] == set()
     assert graph["compress"] == {"wire"}
-    assert not {"server", "timing", "scripts"} & graph["client"]
+    assert not {"server", "timing", "commands"} & graph["client"]
+
+
+def test_no_product_package_imports_a_measurement_tool_or_the_test_harness() -> None:
+    graph = package_graph()
+    assert {p: graph[p] & set(TOOLS) for p in PRODUCT if graph[p] & set(TOOLS)} == {}
+
+
+def _lines(package: str) -> int:
+    return sum(
+        len(path.read_text().splitlines())
+        for path in (PROJECT_ROOT / package).rglob("*.py")
+        if "fedavg_app" not in path.parts  # a Flower app of its own, a benchmark's yardstick
+    )
+
+
+def test_no_package_holds_more_than_a_quarter_of_the_code() -> None:
+    lines = {package: _lines(package) for package in PACKAGES}
+    total = sum(lines.values())
+    assert {p: n for p, n in lines.items() if n > total / 4} == {}
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
@@ -102,7 +133,6 @@ COLLECTIVE_MODULES = {
     "allreduce": "strategies/collectives/allreduce.py",
     "powersgd": "strategies/collectives/powersgd.py",
 }
-PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client")
 NAME_WORD = re.compile(r"\b(" + "|".join(COLLECTIVE_MODULES) + r")\b")
 
 
@@ -134,7 +164,7 @@ def test_collective_names_are_spelled_only_in_their_own_modules() -> None:
     """Settings (common/settings.py, configs/) and docs may name them; code asks the table."""
     paths = [
         path
-        for package in (*PRODUCT, "scripts")
+        for package in PACKAGES
         for path in sorted((PROJECT_ROOT / package).rglob("*.py"))
         if path != PROJECT_ROOT / "common" / "settings.py"
     ]
@@ -145,3 +175,100 @@ def test_the_name_check_finds_a_name(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
     stray.write_text('"""Docs may say allgather."""\nCHOICE = "allreduce"\n')
     assert _named_outside_their_modules([stray], root=tmp_path) == ["stray.py:2: 'allreduce'"]
+
+
+# Flower's internals are changed in common/flower_patches.py only: an assignment to an
+# attribute of anything imported from flwr, or a setattr on it, anywhere else is a patch.
+PATCHES_MODULE = "common/flower_patches.py"
+
+
+def _flower_patches(path: Path, root: Path = PROJECT_ROOT) -> list[str]:
+    tree = ast.parse(path.read_text())
+    flower_names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            flower_names |= {
+                (a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("flwr")
+            }
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flwr"):
+            flower_names |= {a.asname or a.name for a in node.names}
+
+    def flower_rooted(target: ast.expr) -> bool:
+        while isinstance(target, ast.Attribute):
+            target = target.value
+        return isinstance(target, ast.Name) and target.id in flower_names
+
+    where = path.relative_to(root).as_posix()
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"setattr", "delattr"}
+            and node.args
+            and flower_rooted(node.args[0])
+        ):
+            found.append(f"{where}:{node.lineno}")
+        for target in targets:
+            elements = target.elts if isinstance(target, ast.Tuple) else [target]
+            if any(isinstance(e, ast.Attribute) and flower_rooted(e) for e in elements):
+                found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_flower_is_patched_in_one_module_only() -> None:
+    paths = [
+        path
+        for package in PACKAGES
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py"))
+        if path.relative_to(PROJECT_ROOT).as_posix() != PATCHES_MODULE
+    ]
+    assert [found for path in paths for found in _flower_patches(path)] == []
+
+
+def test_the_patch_check_finds_a_patch(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text(
+        "from flwr.supercore.task_identity import TaskIdentity\n"
+        "import flwr.supernode.start_client_internal as loop\n"
+        "TaskIdentity._run_id = 1\n"
+        "loop.time = None\n"
+        "setattr(TaskIdentity, '_node_id', 1)\n"
+        "other = object()\n"
+    )
+    assert _flower_patches(stray, root=tmp_path) == ["stray.py:3", "stray.py:4", "stray.py:5"]
+
+
+def _private_test_imports(path: Path, root: Path) -> list[str]:
+    """Underscored names a test file imports from a test module (tests/**/test_*.py)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.")):
+            continue
+        if not node.module.rsplit(".", 1)[-1].startswith("test_"):  # type: ignore[union-attr]
+            continue
+        found += [
+            f"{path.relative_to(root).as_posix()}: {node.module}.{a.name}"
+            for a in node.names
+            if a.name.startswith("_")
+        ]
+    return found
+
+
+def test_tests_import_no_private_helper_of_another_test_module() -> None:
+    tests = PROJECT_ROOT / "tests"
+    found = [f for path in sorted(tests.rglob("*.py")) for f in _private_test_imports(path, tests)]
+    assert found == [], "shared helpers belong in tests/helpers.py or a fixture"
+
+
+def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
+    stray = tmp_path / "test_stray.py"
+    stray.write_text("from tests.strategies.test_dense import _record, PUBLIC\n")
+    assert _private_test_imports(stray, tmp_path) == [
+        "test_stray.py: tests.strategies.test_dense._record"
+    ]

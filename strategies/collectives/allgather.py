@@ -31,7 +31,8 @@ from strategies.collectives.base import (
     RoundPlan,
     combine,
 )
-from strategies.collectives.cost import (
+from strategies.collectives.maths import scatter_add
+from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     Link,
     LinkLike,
@@ -40,7 +41,6 @@ from strategies.collectives.cost import (
     peer_cost,
     transfer_s,
 )
-from strategies.collectives.maths import scatter_add
 from wire.codec import PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import SPARSE_KEY, TRAIN
 from wire.layout import Layout

@@ -51,7 +51,7 @@ from strategies.collectives.base import (
     phase_replies,
     screen,
 )
-from strategies.collectives.cost import (
+from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     Link,
     LinkLike,

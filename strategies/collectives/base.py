@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from common.settings import Settings
 from compress.base import Compressor
-from strategies.collectives.cost import Link, LinkLike, slowest_link
+from timing.cost import Link, LinkLike, slowest_link
 from wire.codec import Sparse
 from wire.layout import Layout
 from wire.messages import PhaseRequest, TrainInstruction, TrainReply, compress_s_of

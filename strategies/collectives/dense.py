@@ -28,7 +28,7 @@ from strategies.collectives.base import (
     Vector,
     combine,
 )
-from strategies.collectives.cost import (
+from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     Link,
     PeerCost,

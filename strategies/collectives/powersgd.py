@@ -52,7 +52,7 @@ from strategies.collectives.base import (
     finished,
     phase_replies,
 )
-from strategies.collectives.cost import (
+from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     DenseCost,
     Link,

@@ -31,7 +31,7 @@ from pymoo.optimize import minimize
 from compress.gain import DEFAULT_GAIN_GRID
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import SHARED_INDEX_GAIN
-from strategies.collectives.cost import LinkLike
+from timing.cost import LinkLike
 
 
 class GainModel:

@@ -13,9 +13,12 @@ from compress import COMPRESSORS
 from compress.base import ErrorFeedback
 from compress.topk_q8 import LEVELS, QUANTISED, SCALE, TopKQ8
 from strategies.collectives.allgather import Allgather
-from tests.helpers import assert_replicas_hold_the_model_before_last
-from tests.strategies.test_error_feedback import _job
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import (
+    assert_replicas_hold_the_model_before_last,
+    client_job,
+    federation_settings,
+    run_in_process,
+)
 from wire.codec import PayloadError, Sparse, raw_array
 from wire.nbytes import content_nbytes
 
@@ -78,7 +81,7 @@ def test_error_feedback_keeps_the_quantisation_error() -> None:
     for _ in range(5):
         update = rng.standard_normal(1000).astype(np.float32)
         compensated = update + residual
-        job = _job(state, update, ratio=0.05)
+        job = client_job(state, update, ratio=0.05)
         job = dataclasses.replace(job, compressor=Q8, rng=job_rng)
         payload = Allgather.client_train(job)
         assert payload.sparse is not None
@@ -139,8 +142,10 @@ def test_malformed_payloads_are_refused_by_name(record: ArrayRecord, reason: str
 @pytest.mark.parametrize("collective", ["allgather", "allreduce"])
 def test_federated_rounds_with_8_bit_values(collective: str) -> None:
     common = {"strategy": "topk", "collective": collective, "compression_ratio": 0.05}
-    final, strategy, grid = _run(_settings(compressor="topk-q8", **common), rounds=4)
-    baseline, float32, _ = _run(_settings(**common), rounds=4)
+    final, strategy, grid = run_in_process(
+        federation_settings(compressor="topk-q8", **common), rounds=4
+    )
+    baseline, float32, _ = run_in_process(federation_settings(**common), rounds=4)
     # Replicas stay equal to the server's model (the downlink is not quantised).
     assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # Uplink: values shrink to a quarter; indices (allgather) stay.
@@ -151,7 +156,7 @@ def test_federated_rounds_with_8_bit_values(collective: str) -> None:
     }
     assert up["q8"] < (0.7 if collective == "allgather" else 0.3) * up["f32"]
     # The quantised run follows the float32 one: far closer to it than to where both started.
-    settings = _settings(**common)
+    settings = federation_settings(**common)
     start = model_to_vector(build_model(settings.model, DIGITS_SPEC, seed=settings.seed))
     moved = np.linalg.norm(baseline - start)
     assert moved > 0 and np.linalg.norm(final - baseline) < 0.25 * moved

@@ -9,7 +9,7 @@ from common.settings import ConfigError
 from compress.gain import gain_curve
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.ratio import AdaptiveRatio
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import federation_settings, run_in_process
 from wire.keys import RESIDUAL_SHARE
 from wire.messages import TrainReply
 
@@ -48,8 +48,8 @@ def test_majority_at_or_below_delta_compresses(shares: list[float], compress: bo
 
 @pytest.mark.parametrize(("delta", "compressed_rounds"), [(1.0, {2, 3, 4}), (1e-6, set())])
 def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.1, adaptive_delta=delta)
-    _, strategy, _ = _run(settings, rounds=4)
+    settings = federation_settings(strategy="topk", compression_ratio=0.1, adaptive_delta=delta)
+    _, strategy, _ = run_in_process(settings, rounds=4)
     ratios = {r: s.compression_ratio for r, s in strategy.stats.items()}
     assert ratios[1] == 1.0  # nothing reported yet: dense
     assert {r for r, c in ratios.items() if c < 1.0} == compressed_rounds
@@ -62,6 +62,6 @@ def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> No
 
 def test_adaptive_delta_needs_a_fixed_topk_ratio() -> None:
     with pytest.raises(ConfigError, match="adaptive-delta needs strategy = 'topk'"):
-        _settings(strategy="dense", adaptive_delta=0.3)
+        federation_settings(strategy="dense", adaptive_delta=0.3)
     with pytest.raises(ConfigError, match="cr-schedule = 'nsga2'"):
-        _settings(strategy="topk", cr_schedule="nsga2", adaptive_delta=0.3)
+        federation_settings(strategy="topk", cr_schedule="nsga2", adaptive_delta=0.3)

@@ -14,8 +14,7 @@ from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import TOPK_NORM2, Allreduce, shared_index_factor
 from strategies.collectives.base import Outlook, Participant
 from testing.in_process import InProcessGrid
-from tests.helpers import unit_clock
-from tests.strategies.test_topk_federation import _settings
+from tests.helpers import federation_settings, unit_clock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
@@ -27,7 +26,7 @@ DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)
 
 
 def test_auto_follows_the_cost_models_across_c1_segments() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         compression_ratio=0.01,
         collective="auto",
@@ -70,7 +69,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
 
 
 def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         compression_ratio=0.01,
         collective="auto",
@@ -131,7 +130,7 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
 
 
 def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
-    settings = _settings(
+    settings = federation_settings(
         **{
             "strategy": "topk",
             "compression_ratio": 0.01,

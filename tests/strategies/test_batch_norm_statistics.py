@@ -107,8 +107,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     from server.app import build_strategy
     from server.build import train_config_record
     from testing.in_process import InProcessGrid
-    from tests.helpers import unit_clock
-    from tests.strategies.test_topk_federation import PROFILE
+    from tests.helpers import DIGITS_PROFILE, unit_clock
     from wire.layout import Layout
 
     settings = settings_with(
@@ -129,7 +128,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     layout = Layout.of_model(model)
     strategy = build_strategy(
         settings,
-        unit_clock({i: PROFILE for i in range(3)}),
+        unit_clock({i: DIGITS_PROFILE for i in range(3)}),
         layout,
         buffer_positions(model),
         STATISTICS[settings.batch_norm_statistics](model, validation),

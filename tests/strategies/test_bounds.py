@@ -16,9 +16,17 @@ from strategies.bounds import Bounds
 from strategies.collectives.allreduce import HINTS_KEY, TOPK_NORM2, implausible_claims
 from strategies.collectives.base import Participant
 from testing.in_process import InProcessGrid
-from tests.helpers import RewriteRound, reply_message, train_reply
-from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import (
+    TINY_SHAPES,
+    RewriteRound,
+    federation_settings,
+    reply_message,
+    run_in_process,
+    start_round,
+    tiny_record,
+    tiny_strategy,
+    train_reply,
+)
 from wire.codec import raw_array
 from wire.keys import ARRAYS_KEY, GAIN_GRID
 from wire.messages import LiveCounts, StreamReport, TrainReply
@@ -107,9 +115,9 @@ def test_bounds_follow_the_settings() -> None:
 @pytest.mark.usefixtures("task_identity")
 def test_an_inflated_example_count_cannot_take_over_the_aggregate() -> None:
     rng = np.random.default_rng(0)
-    global_arrays, good, bad = _record(rng), _record(rng, 0.1), _record(rng, 10.0)
-    strategy = _strategy(2)
-    _start_round(strategy, global_arrays, 2)
+    global_arrays, good, bad = tiny_record(rng), tiny_record(rng, 0.1), tiny_record(rng, 10.0)
+    strategy = tiny_strategy(2)
+    start_round(strategy, global_arrays, 2)
     arrays, _ = strategy.aggregate_train(
         1,
         [
@@ -118,7 +126,7 @@ def test_an_inflated_example_count_cannot_take_over_the_aggregate() -> None:
         ],
     )
     assert arrays is not None
-    for k in SHAPES:
+    for k in TINY_SHAPES:
         expected = global_arrays[k].numpy() + good[k].numpy()
         np.testing.assert_allclose(arrays[k].numpy(), expected, atol=1e-7)
     assert "num-examples 1000000000000 exceeds" in strategy.stats[1].refused[0]
@@ -148,13 +156,13 @@ VAR = {"strategy": "topk", "collective": "allreduce", "leader": "var", "compress
 def _led(settings, grid):  # type: ignore[no-untyped-def]
     """Three rounds over ``grid``: the strategy, and the node asked for the index set each
     round (its leader)."""
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=3, grid=grid)
     return strategy, [node for kind, node in grid.sent if kind == "train.indices"]
 
 
 @pytest.mark.usefixtures("task_identity")
 def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
-    settings = _settings(**VAR)
+    settings = federation_settings(**VAR)
     grid = ClaimingGrid(settings, 1e300)
     strategy, leaders = _led(settings, grid)
     assert 101 not in leaders
@@ -167,7 +175,7 @@ def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
 
 @pytest.mark.usefixtures("task_identity")
 def test_a_var_leader_caught_lying_leads_no_more() -> None:
-    settings = _settings(**VAR)
+    settings = federation_settings(**VAR)
     grid = ClaimingGrid(settings, 30.0)  # plausible, so it leads, but its values give it away
     strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
@@ -257,10 +265,10 @@ def test_a_record_nobody_reads_is_refused_not_charged(
     batches grew to their cap: the reply is refused, and the round carries on without it."""
     from tests.fuzz import MutatingGrid
 
-    settings = _settings(**overrides)
-    clean_strategy = _run(settings, rounds=3)[1]
+    settings = federation_settings(**overrides)
+    clean_strategy = run_in_process(settings, rounds=3)[1]
     grid = MutatingGrid(settings, "train", 101, _with_record(name, 4 << 20))
-    _, strategy, _ = _run(settings, rounds=3, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=3, grid=grid)
     assert grid.hit == 101
     (refused,) = strategy.stats[2].refused
     assert refused.startswith("node 101") and reason in refused
@@ -278,10 +286,12 @@ def _negative_loss(content: RecordDict) -> None:
 def test_streaming_clients_go_on_after_a_round_that_accepted_nobody(buffer_policy: str) -> None:
     """Their streams were read through a round the server's clock never charged: the next
     round's start is before their last read. They go on from where their streams are."""
-    settings = _settings(
+    settings = federation_settings(
         stream_rates="S1", batch_policy="rate", buffer_policy=buffer_policy, local_steps=2
     )
-    _, strategy, _ = _run(settings, rounds=4, grid=RewriteRound(settings, 2, _negative_loss))
+    _, strategy, _ = run_in_process(
+        settings, rounds=4, grid=RewriteRound(settings, 2, _negative_loss)
+    )
     assert strategy.stats[2].num_clients == 0 and len(strategy.stats[2].refused) == 3
     for later in (3, 4):
         assert strategy.stats[later].num_clients == 3, strategy.stats[later].failed
@@ -314,9 +324,9 @@ class ForgedLeaderReply(InProcessGrid):
 @pytest.mark.usefixtures("task_identity")
 @pytest.mark.parametrize("how", ["replace", "first"])
 def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
-    settings = _settings(**VAR)
+    settings = federation_settings(**VAR)
     grid = ForgedLeaderReply(settings, how)
-    _, strategy, _ = _run(settings, rounds=2, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=2, grid=grid)
     assert grid.forged == 2
     for server_round in (1, 2):
         stats = strategy.stats[server_round]
@@ -348,7 +358,7 @@ class PinningGrid(InProcessGrid):
 def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more() -> None:
     """Its claim checks out (its values at its indices have the energy it claimed), but the
     others (three judges) hold almost none of their Top-k energy at indices 0..k-1."""
-    settings = _settings(**VAR, num_clients=4)
+    settings = federation_settings(**VAR, num_clients=4)
     grid = PinningGrid(settings)
     strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
@@ -380,7 +390,7 @@ class EmptyIndicesGrid(ClaimingGrid):
 @pytest.mark.usefixtures("task_identity")
 def test_a_leader_whose_index_reply_is_refused_leads_no_more() -> None:
     """A malformed index set costs its round once, not every round."""
-    settings = _settings(**VAR)
+    settings = federation_settings(**VAR)
     grid = EmptyIndicesGrid(settings, 30.0)
     strategy, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]

@@ -2,8 +2,8 @@ from collections.abc import Callable
 
 import pytest
 
-from strategies.collectives import cost as cm
-from strategies.collectives.cost import Link
+from timing import cost as cm
+from timing.cost import Link
 
 # N = 4, M = 1000 bytes, α = 10 ms, β = 1 ms per byte (1 kB/s): log2 N = 2.
 LINK = Link(alpha_s=0.01, beta_s_per_byte=0.001)
@@ -75,7 +75,7 @@ def test_bad_inputs_are_refused() -> None:
 def test_star_topk_modes_by_hand() -> None:
     from strategies.collectives.allgather import Allgather
     from strategies.collectives.allreduce import Allreduce
-    from strategies.collectives.cost import MESSAGE_OVERHEAD_BYTES as OV
+    from timing.cost import MESSAGE_OVERHEAD_BYTES as OV
     from timing.link_estimator import LinkEstimate
     from wire.codec import index_nbytes
 

@@ -5,44 +5,17 @@ import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from strategies.edge import EdgeStrategy
 from tests.helpers import (
-    FakeGrid,
-    make_strategy,
+    TINY_SHAPES,
     reply_message,
-    train_config,
+    start_round,
+    tiny_record,
+    tiny_strategy,
     train_reply,
-    unit_clock,
 )
-from timing.devices import DeviceProfile
 from wire.layout import Layout
 
-SHAPES = {"w": (4, 3), "b": (3,)}
-PROFILE = DeviceProfile("p", 100.0, 0.0, 1e6, 1e6, 0.01)
-
-
 pytestmark = pytest.mark.usefixtures("task_identity")
-
-
-def _record(rng: np.random.Generator, scale: float = 1.0) -> ArrayRecord:
-    return ArrayRecord(
-        {k: Array((rng.standard_normal(s) * scale).astype(np.float32)) for k, s in SHAPES.items()}
-    )
-
-
-def _strategy(n: int) -> EdgeStrategy:
-    layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    strategy: EdgeStrategy = make_strategy(  # batches of up to 64: the replies claim 51
-        unit_clock({i: PROFILE for i in range(n)}), layout, num_clients=n, batch_size=64
-    )
-    return strategy
-
-
-def _start_round(strategy: EdgeStrategy, global_arrays: ArrayRecord, n: int) -> None:
-    messages = list(
-        strategy.configure_train(1, global_arrays, train_config(), FakeGrid(range(100, 100 + n)))
-    )
-    assert len(messages) == n
 
 
 def _update_reply(update: ArrayRecord, partition_id: int, examples: int) -> RecordDict:
@@ -52,22 +25,22 @@ def _update_reply(update: ArrayRecord, partition_id: int, examples: int) -> Reco
 def test_dense_matches_flowers_fedavg_on_the_same_replies() -> None:
     rng = np.random.default_rng(0)
     n = 4
-    global_arrays = _record(rng)
-    updates = [_record(rng, 0.1) for _ in range(n)]
+    global_arrays = tiny_record(rng)
+    updates = [tiny_record(rng, 0.1) for _ in range(n)]
     examples = [32, 10, 7, 51]
 
     # Flower's FedAvg averages the clients' new models.
     fedavg_replies = []
     for i, (update, ex) in enumerate(zip(updates, examples, strict=True)):
         new_model = ArrayRecord(
-            {k: Array(global_arrays[k].numpy() + update[k].numpy()) for k in SHAPES}
+            {k: Array(global_arrays[k].numpy() + update[k].numpy()) for k in TINY_SHAPES}
         )
         content = RecordDict({"arrays": new_model, "metrics": MetricRecord({"num-examples": ex})})
         fedavg_replies.append(reply_message(content, src_node_id=100 + i))
     expected, _ = FedAvg().aggregate_train(1, fedavg_replies)
 
-    strategy = _strategy(n)
-    _start_round(strategy, global_arrays, n)
+    strategy = tiny_strategy(n)
+    start_round(strategy, global_arrays, n)
     ours, _ = strategy.aggregate_train(
         1,
         [
@@ -76,18 +49,18 @@ def test_dense_matches_flowers_fedavg_on_the_same_replies() -> None:
         ],
     )
     assert expected is not None and ours is not None
-    for k in SHAPES:
+    for k in TINY_SHAPES:
         np.testing.assert_allclose(ours[k].numpy(), expected[k].numpy(), rtol=0, atol=1e-6)
 
 
 def test_reply_order_does_not_change_the_result() -> None:
     rng = np.random.default_rng(1)
-    global_arrays = _record(rng)
-    replies = [reply_message(_update_reply(_record(rng), i, 5 + i), 100 + i) for i in range(3)]
+    global_arrays = tiny_record(rng)
+    replies = [reply_message(_update_reply(tiny_record(rng), i, 5 + i), 100 + i) for i in range(3)]
     results = []
     for order in ([0, 1, 2], [2, 0, 1]):
-        strategy = _strategy(3)
-        _start_round(strategy, global_arrays, 3)
+        strategy = tiny_strategy(3)
+        start_round(strategy, global_arrays, 3)
         arrays, _ = strategy.aggregate_train(1, [replies[j] for j in order])
         assert arrays is not None
         results.append(Layout.of_record(arrays).flatten(arrays))
@@ -95,8 +68,8 @@ def test_reply_order_does_not_change_the_result() -> None:
 
 
 def _bad_replies(rng: np.random.Generator) -> dict[str, RecordDict]:
-    good = _record(rng)
-    nan = _record(rng)
+    good = tiny_record(rng)
+    nan = tiny_record(rng)
     nan_w = nan["w"].numpy().copy()
     nan_w[0, 0] = np.nan
     nan["w"] = Array(nan_w)
@@ -118,17 +91,17 @@ def test_bad_reply_is_refused_and_the_rest_renormalised(
     reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     rng = np.random.default_rng(3)
-    global_arrays = _record(rng)
-    good_update = _record(rng, 0.1)
+    global_arrays = tiny_record(rng)
+    good_update = tiny_record(rng, 0.1)
     bad = _bad_replies(rng)[reason]
-    strategy = _strategy(2)
-    _start_round(strategy, global_arrays, 2)
+    strategy = tiny_strategy(2)
+    start_round(strategy, global_arrays, 2)
     arrays, _ = strategy.aggregate_train(
         1, [reply_message(_update_reply(good_update, 0, 5), 100), reply_message(bad, 101)]
     )
     assert arrays is not None
     # Only the good client counts, with weight 1.
-    for k in SHAPES:
+    for k in TINY_SHAPES:
         np.testing.assert_allclose(
             arrays[k].numpy(), global_arrays[k].numpy() + good_update[k].numpy(), atol=1e-7
         )
@@ -140,8 +113,8 @@ def test_bad_reply_is_refused_and_the_rest_renormalised(
 
 def test_all_refused_keeps_the_old_model() -> None:
     rng = np.random.default_rng(4)
-    strategy = _strategy(2)
-    _start_round(strategy, _record(rng), 2)
+    strategy = tiny_strategy(2)
+    start_round(strategy, tiny_record(rng), 2)
     arrays, metrics = strategy.aggregate_train(
         1, [reply_message(None, 100, error="crashed"), reply_message(RecordDict(), 101)]
     )
@@ -152,10 +125,10 @@ def test_all_refused_keeps_the_old_model() -> None:
 
 def test_bytes_and_virtual_time_come_from_the_messages() -> None:
     rng = np.random.default_rng(5)
-    strategy = _strategy(2)
-    global_arrays = _record(rng)
-    _start_round(strategy, global_arrays, 2)
-    replies = [reply_message(_update_reply(_record(rng), i, 10), 100 + i) for i in range(2)]
+    strategy = tiny_strategy(2)
+    global_arrays = tiny_record(rng)
+    start_round(strategy, global_arrays, 2)
+    replies = [reply_message(_update_reply(tiny_record(rng), i, 10), 100 + i) for i in range(2)]
     strategy.aggregate_train(1, replies)
     stats = strategy.stats[1]
     payload = 4 * (12 + 3)

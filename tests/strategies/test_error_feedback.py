@@ -7,23 +7,10 @@ from compress import COMPRESSORS
 from compress.base import RESIDUAL_KEY, ErrorFeedback
 from strategies.collectives.allgather import Allgather
 from strategies.collectives.allreduce import PENDING_KEY, TOPK_NORM2, Allreduce
-from strategies.collectives.base import ClientAction, ClientRound
+from strategies.collectives.base import ClientAction
+from tests.helpers import client_job
 from wire.codec import Sparse
-from wire.layout import Layout
-from wire.messages import CompressionConfig, PhaseRequest, RoundConfig, TrainInstruction
-
-ROUND = RoundConfig(1, 0.1, 1, 8, 0, 0.0)
-
-
-def _job(state: RecordDict, update: np.ndarray, ratio: float) -> ClientRound:
-    return ClientRound(
-        state=state,
-        update=update,
-        instruction=TrainInstruction(ROUND, compression=CompressionConfig(ratio, "allgather")),
-        layout=Layout(("v",), ((update.size,),)),
-        compressor=COMPRESSORS["topk"],
-        rng=np.random.default_rng(0),
-    )
+from wire.messages import PhaseRequest
 
 
 def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds() -> None:
@@ -34,7 +21,7 @@ def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds()
     for _ in range(6):
         update = rng.standard_normal(1000).astype(np.float32)
         compensated = update + residual
-        payload = Allgather.client_train(_job(state, update, ratio=0.05))
+        payload = Allgather.client_train(client_job(state, update, ratio=0.05))
         assert payload.sparse is not None
         sent = Sparse.from_record(payload.sparse, 1000, count=50)
         residual = ErrorFeedback.from_state(state, 1000).residual
@@ -50,7 +37,7 @@ def test_shared_indices_invariant_residual_keeps_everything_else() -> None:
     residual = np.zeros(500, np.float32)
     for round_ in range(4):
         update = rng.standard_normal(500).astype(np.float32)
-        payload = Allreduce.client_train(_job(state, update, ratio=20 / 500))
+        payload = Allreduce.client_train(client_job(state, update, ratio=20 / 500))
         compensated = update + residual
         assert (
             payload.metrics[TOPK_NORM2] == np.sort(compensated.astype(np.float64) ** 2)[-20:].sum()

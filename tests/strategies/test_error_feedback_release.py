@@ -53,19 +53,19 @@ def test_warm_up_sends_more_in_its_first_rounds_then_the_ratio() -> None:
 
 @pytest.mark.usefixtures("task_identity")
 def test_dense_vectors_travel_whole_in_every_compressed_round() -> None:
-    from tests.strategies.test_topk_federation import _run, _settings
+    from tests.helpers import federation_settings, run_in_process
 
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     whole = sent_whole(Layout.of_model(model), buffer_positions(model), dense_vectors=True)
     for collective in ("allgather", "allreduce"):
-        settings = _settings(
+        settings = federation_settings(
             strategy="topk",
             model="mlp-bn",
             collective=collective,
             compression_ratio=0.002,
             topk_dense_vectors=True,
         )
-        _, strategy, _ = _run(settings, rounds=2)
+        _, strategy, _ = run_in_process(settings, rounds=2)
         update = strategy.replicas.last_delta
         assert update is not None and not strategy.stats[2].refused
         assert np.isin(whole, update.indices).all()
@@ -77,12 +77,14 @@ def test_dense_vectors_travel_whole_in_every_compressed_round() -> None:
 def test_clip_keeps_the_residual_within_its_bound_in_a_federation() -> None:
     """At c = 0.002 the residual grows round after round; with the clip the compensated
     update, and so what it leaves behind, stays within clip x the update's norm."""
-    from tests.strategies.test_topk_federation import _run, _settings
+    from tests.helpers import federation_settings, run_in_process
 
     norms = {}
     for clip in (0.0, 1.5):
-        settings = _settings(strategy="topk", compression_ratio=0.002, error_feedback_clip=clip)
-        _, _, grid = _run(settings, rounds=4)
+        settings = federation_settings(
+            strategy="topk", compression_ratio=0.002, error_feedback_clip=clip
+        )
+        _, _, grid = run_in_process(settings, rounds=4)
         residuals = [load_vector(c.state, RESIDUAL_KEY) for c in grid.contexts.values()]
         norms[clip] = max(float(np.linalg.norm(r)) for r in residuals if r is not None)
     assert norms[1.5] < 0.8 * norms[0.0]

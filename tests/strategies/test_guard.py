@@ -9,8 +9,7 @@ from flwr.app import Array, RecordDict
 
 from strategies.collectives.base import DenseUpdate
 from strategies.guard import UpdateGuard
-from tests.helpers import RewriteRound
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import RewriteRound, federation_settings, run_in_process
 from wire.codec import Sparse
 from wire.keys import ARRAYS_KEY
 
@@ -42,9 +41,11 @@ def _scaled(factor: float) -> Any:
 
 @pytest.mark.usefixtures("task_identity")
 def test_a_round_that_would_blow_up_the_model_is_not_applied_and_the_run_goes_on() -> None:
-    settings = _settings(robust="none")
-    clean, _, _ = _run(settings, rounds=6)
-    attacked, strategy, _ = _run(settings, rounds=6, grid=RewriteRound(settings, 5, _scaled(1e6)))
+    settings = federation_settings(robust="none")
+    clean, _, _ = run_in_process(settings, rounds=6)
+    attacked, strategy, _ = run_in_process(
+        settings, rounds=6, grid=RewriteRound(settings, 5, _scaled(1e6))
+    )
     (reason,) = strategy.stats[5].refused
     assert reason.startswith("round 5: the aggregated update's norm") and "not applied" in reason
     assert strategy.stats[6].refused == [] and strategy.stats[6].num_clients == 3

@@ -7,8 +7,14 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from strategies.relay import InjectionPlan
-from tests.helpers import reply_message, train_reply
-from tests.strategies.test_dense import SHAPES, _record, _start_round, _strategy
+from tests.helpers import (
+    TINY_SHAPES,
+    reply_message,
+    start_round,
+    tiny_record,
+    tiny_strategy,
+    train_reply,
+)
 from wire.codec import PayloadError, load_numpy
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -39,10 +45,10 @@ HOSTILE = {
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_hostile_dense_update_is_refused_and_the_round_goes_on(case: str) -> None:
     rng = np.random.default_rng(0)
-    global_arrays, good = _record(rng), _record(rng, 0.1)
+    global_arrays, good = tiny_record(rng), tiny_record(rng, 0.1)
     hostile = ArrayRecord({"w": HOSTILE[case], "b": good["b"]})
-    strategy = _strategy(2)
-    _start_round(strategy, global_arrays, 2)
+    strategy = tiny_strategy(2)
+    start_round(strategy, global_arrays, 2)
     arrays, _ = strategy.aggregate_train(
         1,
         [
@@ -51,7 +57,7 @@ def test_a_hostile_dense_update_is_refused_and_the_round_goes_on(case: str) -> N
         ],
     )
     assert arrays is not None
-    for k in SHAPES:  # only the good client counts
+    for k in TINY_SHAPES:  # only the good client counts
         expected = global_arrays[k].numpy() + good[k].numpy()
         np.testing.assert_allclose(arrays[k].numpy(), expected, atol=1e-7)
     [refused] = strategy.stats[1].refused
@@ -76,9 +82,9 @@ def test_hostile_injected_samples_are_refused_before_loading() -> None:
 
 def test_refusals_quote_a_client_briefly() -> None:
     rng = np.random.default_rng(1)
-    strategy = _strategy(2)
-    _start_round(strategy, _record(rng), 2)
-    content = train_reply(0, 5, update=_record(rng, 0.1))
+    strategy = tiny_strategy(2)
+    start_round(strategy, tiny_record(rng), 2)
+    content = train_reply(0, 5, update=tiny_record(rng, 0.1))
     chatty = RecordDict(dict(content.items()))
     chatty.metric_records["metrics"]["train-loss"] = [0.5] * 200_000
     strategy.aggregate_train(1, [reply_message(chatty, 100), reply_message(chatty, 101)])

@@ -5,8 +5,7 @@ import pytest
 from flwr.app import Message
 
 from strategies.identity import Identities
-from tests.helpers import reply_message, train_reply
-from tests.strategies.test_dense import _record, _start_round, _strategy
+from tests.helpers import reply_message, start_round, tiny_record, tiny_strategy, train_reply
 
 
 def test_bound_on_first_accepted_reply_and_held() -> None:
@@ -47,9 +46,9 @@ def test_an_unheld_partition_claimed_twice_goes_to_the_senior_claimant_that_pass
     refused alone; if it fails another check, node 102's honest reply binds the partition
     (refusing every claimant let a node that never binds keep a device out for the run)."""
     rng = np.random.default_rng(0)
-    strategy = _strategy(3)
-    updates = [_record(rng, 0.1) for _ in range(3)]
-    _start_round(strategy, _record(np.random.default_rng(9)), 3)
+    strategy = tiny_strategy(3)
+    updates = [tiny_record(rng, 0.1) for _ in range(3)]
+    start_round(strategy, tiny_record(np.random.default_rng(9)), 3)
     strategy.identities.saw([100, 101, 102], server_round=1)
     senior = train_reply(0, 5 if senior_passes else 10**9, update=updates[0])
     replies = [
@@ -71,11 +70,11 @@ def test_an_unheld_partition_claimed_twice_goes_to_the_senior_claimant_that_pass
 @pytest.mark.usefixtures("task_identity")
 def test_an_impostor_cannot_take_another_nodes_place() -> None:
     rng = np.random.default_rng(0)
-    strategy = _strategy(3)
-    updates = [_record(rng, 0.1) for _ in range(3)]
+    strategy = tiny_strategy(3)
+    updates = [tiny_record(rng, 0.1) for _ in range(3)]
 
     def round_(server_round: int, replies: list[Message]) -> None:
-        _start_round(strategy, _record(np.random.default_rng(9)), 3)
+        start_round(strategy, tiny_record(np.random.default_rng(9)), 3)
         strategy.current.server_round = server_round  # type: ignore[union-attr]
         strategy.aggregate_train(server_round, replies)
 

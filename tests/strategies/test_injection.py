@@ -6,7 +6,7 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.settings import ConfigError
 from strategies.relay import InjectionPlan
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import federation_settings, run_in_process
 from wire.messages import Samples
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -16,14 +16,14 @@ PLAN = InjectionPlan(0.5, 0.5, seed=5, num_features=DIGITS_SPEC.num_features, nu
 
 @pytest.mark.parametrize("strategy", ["dense", "topk"])
 def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str) -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy=strategy,
         num_clients=4,
         batch_size=16,
         injection_alpha=0.5,
         injection_beta=0.5,
     )
-    _, run, _ = _run(settings, rounds=3)
+    _, run, _ = run_in_process(settings, rounds=3)
     for r in (1, 2, 3):
         stats = run.stats[r].injection
         assert stats is not None
@@ -69,7 +69,7 @@ def test_bad_shares_are_refused_by_name() -> None:
 
 def test_injection_keys_must_come_together() -> None:
     with pytest.raises(ConfigError, match="both 0"):
-        _settings(injection_alpha=0.5)
+        federation_settings(injection_alpha=0.5)
 
 
 def test_features_outside_the_data_sets_range_are_refused() -> None:
@@ -91,10 +91,10 @@ def test_features_outside_the_data_sets_range_are_refused() -> None:
 def test_only_this_rounds_sharers_may_share() -> None:
     from tests.helpers import reply_message, train_reply
 
-    settings = _settings(
+    settings = federation_settings(
         strategy="dense", num_clients=4, batch_size=16, injection_alpha=0.25, injection_beta=0.5
     )
-    _, run, grid = _run(settings, rounds=1)
+    _, run, grid = run_in_process(settings, rounds=1)
     [sharer] = InjectionPlan(0.25, 0.5, settings.seed, 64, 10).sharers(2, 4)
     outsider = next(p for p in range(4) if p != sharer)
     # Round 2 by hand: the outsider's reply carries samples it was not asked for.

@@ -17,8 +17,11 @@ from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
 from strategies.collectives.base import ClientAction, ClientRound
 from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from testing.in_process import InProcessGrid
-from tests.helpers import assert_replicas_hold_the_model_before_last
-from tests.strategies.test_topk_federation import _run, _settings
+from tests.helpers import (
+    assert_replicas_hold_the_model_before_last,
+    federation_settings,
+    run_in_process,
+)
 from wire.codec import decode_values, raw_array, values_record
 from wire.keys import SPARSE_KEY, VALUES
 from wire.layout import Layout
@@ -100,9 +103,9 @@ def test_a_q_request_without_its_training_is_refused() -> None:
 def test_at_full_rank_the_rounds_are_the_dense_rounds() -> None:
     """Round after round: the update factors are rank-deficient (P̂ drops dependent columns),
     and the warm start draws those columns anew instead of keeping them zero."""
-    dense, _, _ = _run(_settings(strategy="dense"), rounds=3)
-    full, strategy, _ = _run(
-        _settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=3
+    dense, _, _ = run_in_process(federation_settings(strategy="dense"), rounds=3)
+    full, strategy, _ = run_in_process(
+        federation_settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=3
     )
     stats = strategy.stats[3]
     assert stats.num_clients == 3 and not stats.refused
@@ -123,8 +126,8 @@ def test_a_dead_column_of_the_last_q_is_drawn_anew() -> None:
 
 
 def test_at_low_rank_it_trains_and_every_replica_holds_the_model() -> None:
-    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    final, strategy, grid = _run(settings, rounds=4)
+    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    final, strategy, grid = run_in_process(settings, rounds=4)
     losses = [strategy.stats[r].train_loss for r in (1, 4)]
     assert losses[1] < losses[0]
     assert not any(strategy.stats[r].refused for r in range(1, 5))
@@ -134,8 +137,8 @@ def test_at_low_rank_it_trains_and_every_replica_holds_the_model() -> None:
 
 
 def test_the_replicas_get_the_factors_not_the_full_update() -> None:
-    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    _, strategy, _ = _run(settings, rounds=3)
+    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    _, strategy, _ = run_in_process(settings, rounds=3)
     assert strategy.replicas.last_compact is not None
     third = strategy.stats[3]
     assert third.model_payloads == {"delta": 3}
@@ -223,8 +226,8 @@ def _short_values(content: RecordDict) -> None:
 def test_a_hostile_reply_in_either_exchange_is_refused_and_the_round_goes_on(
     message_type: str, rewrite: Any, reason: str
 ) -> None:
-    settings = _settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    final, strategy, _ = _run(
+    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
+    final, strategy, _ = run_in_process(
         settings, rounds=2, grid=RewriteFirst(settings, message_type, rewrite)
     )
     first = strategy.stats[1]

@@ -11,15 +11,18 @@ from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from testing.attacks import ATTACKER, AttackGrid, scaled
 from tests.helpers import (
+    TINY_PROFILE,
+    TINY_SHAPES,
     FakeGrid,
+    federation_settings,
     make_strategy,
     reply_message,
+    run_in_process,
+    tiny_record,
     train_config,
     train_reply,
     unit_clock,
 )
-from tests.strategies.test_dense import PROFILE, SHAPES, _record
-from tests.strategies.test_topk_federation import _run, _settings
 from wire.keys import TRAIN
 from wire.layout import Layout
 
@@ -28,8 +31,8 @@ N = 5
 
 
 def _strategy(robust: str) -> EdgeStrategy:
-    layout = Layout(tuple(SHAPES), tuple(SHAPES.values()))
-    clock = unit_clock({i: PROFILE for i in range(N)})
+    layout = Layout(tuple(TINY_SHAPES), tuple(TINY_SHAPES.values()))
+    clock = unit_clock({i: TINY_PROFILE for i in range(N)})
     return make_strategy(clock, layout, num_clients=N, robust=robust, robust_trim=0.2)  # type: ignore[no-any-return]
 
 
@@ -39,14 +42,14 @@ def _aggregate(robust: str, global_arrays: ArrayRecord, updates: list[ArrayRecor
     replies = [reply_message(train_reply(i, 8, update=u), 100 + i) for i, u in enumerate(updates)]
     arrays, _ = strategy.aggregate_train(1, replies)
     assert arrays is not None
-    return {k: arrays[k].numpy() for k in SHAPES}
+    return {k: arrays[k].numpy() for k in TINY_SHAPES}
 
 
 def _as_models(global_arrays: ArrayRecord, updates: list[ArrayRecord]) -> list:
     out = []
     for i, update in enumerate(updates):
         model = ArrayRecord(
-            {k: Array(global_arrays[k].numpy() + update[k].numpy()) for k in SHAPES}
+            {k: Array(global_arrays[k].numpy() + update[k].numpy()) for k in TINY_SHAPES}
         )
         content = RecordDict({"arrays": model, "metrics": MetricRecord({"num-examples": 8})})
         out.append(reply_message(content, 100 + i))
@@ -58,11 +61,11 @@ def _as_models(global_arrays: ArrayRecord, updates: list[ArrayRecord]) -> list:
 )
 def test_coordinatewise_defences_match_flowers(robust: str, flower: object) -> None:
     rng = np.random.default_rng(0)
-    global_arrays = _record(rng)
-    updates = [_record(rng, 0.1) for _ in range(N)]
+    global_arrays = tiny_record(rng)
+    updates = [tiny_record(rng, 0.1) for _ in range(N)]
     ours = _aggregate(robust, global_arrays, updates)
     theirs, _ = flower.aggregate_train(1, _as_models(global_arrays, updates))  # type: ignore[attr-defined]
-    for k in SHAPES:
+    for k in TINY_SHAPES:
         np.testing.assert_allclose(ours[k], theirs[k].numpy(), atol=1e-6)
 
 
@@ -275,9 +278,9 @@ SCREENED_MODES = {
 @pytest.mark.parametrize("mode", list(SCREENED_MODES))
 def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> None:
     overrides = SCREENED_MODES[mode]
-    settings = _settings(num_clients=5, batch_size=32, robust="clip-screen", **overrides)
+    settings = federation_settings(num_clients=5, batch_size=32, robust="clip-screen", **overrides)
     rounds = ClipScreen.MIN_ROUNDS + 3
-    _, strategy, _ = _run(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
+    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
     refused = {r: strategy.stats[r].refused for r in range(1, rounds + 1)}
     for server_round in range(1, rounds + 1):
         nodes = {r.split(":")[0].split(" (")[0] for r in refused[server_round]}
@@ -293,10 +296,12 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
 @pytest.mark.parametrize("mode", ["dense", "allgather", "allreduce-var"])
 def test_a_coalition_of_two_sending_one_flipped_update_is_refused(mode: str) -> None:
     """benchmarks/attacks.py's ``collude-2``: nodes 100 and 101 of 6 send one update, flipped."""
-    settings = _settings(num_clients=6, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode])
+    settings = federation_settings(
+        num_clients=6, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode]
+    )
     rounds = ClipScreen.MIN_ROUNDS + 6
     grid = AttackGrid(settings, "collude-2")
-    _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
     for server_round in range(1, rounds + 1):
         nodes = {r.split(":")[0].split(" (")[0] for r in strategy.stats[server_round].refused}
         assert nodes <= {"node 100", "node 101"}  # an honest node never
@@ -309,13 +314,13 @@ def test_a_coalition_of_two_sending_one_flipped_update_is_refused(mode: str) -> 
 def test_a_refused_node_picks_no_index_set() -> None:
     """A sign flip at the honest scale keeps its norm claim true, so only the screen sees it;
     from then on the STAR rotation passes it over."""
-    settings = _settings(
+    settings = federation_settings(
         num_clients=5, batch_size=32, robust="clip-screen", **SCREENED_MODES["allreduce-star"]
     )
     grid = AttackGrid(settings, None)
     grid.attack, grid.rewrites = (lambda content, _: scaled(content, -1.0)), {TRAIN, TRAIN_VALUES}
     rounds = 16  # STAR would hand round 15 to partition 0, the attacker
-    _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
     refused_from = min(r for r in range(1, rounds + 1) if strategy.stats[r].refused)
     assert refused_from < 15
     leaders = [node for kind, node in grid.sent if kind == "train.indices"]
@@ -329,12 +334,15 @@ def test_a_refused_node_picks_no_index_set() -> None:
 )
 def test_one_scaled_update_and_each_defence(robust: str, worst: float) -> None:
     rng = np.random.default_rng(1)
-    global_arrays = _record(rng)
-    honest = [_record(rng, 0.1) for _ in range(N)]
-    attacked = [*honest[:-1], ArrayRecord({k: Array(honest[-1][k].numpy() * 1e6) for k in SHAPES})]
+    global_arrays = tiny_record(rng)
+    honest = [tiny_record(rng, 0.1) for _ in range(N)]
+    attacked = [
+        *honest[:-1],
+        ArrayRecord({k: Array(honest[-1][k].numpy() * 1e6) for k in TINY_SHAPES}),
+    ]
     clean = _aggregate("none", global_arrays, honest)
     got = _aggregate(robust, global_arrays, attacked)
-    distance = max(float(np.abs(got[k] - clean[k]).max()) for k in SHAPES)
+    distance = max(float(np.abs(got[k] - clean[k]).max()) for k in TINY_SHAPES)
     if robust == "none":
         assert distance > worst  # the attacker owns the aggregate
     else:
@@ -356,8 +364,8 @@ def test_coordinatewise_defences_need_shared_coordinates() -> None:
 )
 def test_defences_run_with_compressed_collectives(collective: str, robust: str, same: bool) -> None:
     common = {"strategy": "topk", "collective": collective, "compression_ratio": 0.05}
-    defended, strategy, _ = _run(_settings(robust=robust, **common), rounds=3)
-    plain, _, _ = _run(_settings(**common), rounds=3)
+    defended, strategy, _ = run_in_process(federation_settings(robust=robust, **common), rounds=3)
+    plain, _, _ = run_in_process(federation_settings(**common), rounds=3)
     assert strategy.stats[3].num_clients == 3 and np.all(np.isfinite(defended))
     # Clipping at 3x the median norm does not bind on these honest clients: bit for bit the
     # undefended run. The median is other arithmetic.
@@ -366,11 +374,13 @@ def test_defences_run_with_compressed_collectives(collective: str, robust: str, 
 
 @pytest.mark.parametrize("mode", ["dense", "allreduce-var"])
 def test_an_attacker_that_restarts_as_a_new_node_keeps_its_partitions_history(mode: str) -> None:
-    settings = _settings(num_clients=5, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode])
+    settings = federation_settings(
+        num_clients=5, batch_size=32, robust="clip-screen", **SCREENED_MODES[mode]
+    )
     rounds = ClipScreen.MIN_ROUNDS + 3
     grid = AttackGrid(settings, "restart")  # flips, and is a new node after every 4 replies
     assert grid.restart_every is not None and grid.restart_every < ClipScreen.MIN_ROUNDS
-    _, strategy, _ = _run(settings, rounds=rounds, grid=grid)
+    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
     assert grid.attackers != (ATTACKER,)  # it restarted
     for server_round in range(rounds - 2, rounds + 1):
         (reason,) = strategy.stats[server_round].refused

@@ -73,11 +73,13 @@ def test_a_sparse_aggregate_gives_a_step_over_every_coordinate(name: str) -> Non
 @pytest.mark.usefixtures("task_identity")
 def test_momentum_zero_is_plain_averaging_bit_for_bit() -> None:
     """FedAvgM with β = 0 and η = 1 adds the aggregate, as sgd does: the same model."""
-    from tests.strategies.test_topk_federation import _run, _settings
+    from tests.helpers import federation_settings, run_in_process
 
-    plain, _, _ = _run(_settings(strategy="topk", compression_ratio=0.05), rounds=3)
-    momentum, _, _ = _run(
-        _settings(
+    plain, _, _ = run_in_process(
+        federation_settings(strategy="topk", compression_ratio=0.05), rounds=3
+    )
+    momentum, _, _ = run_in_process(
+        federation_settings(
             strategy="topk", compression_ratio=0.05, server_optimizer="fedavgm", server_momentum=0.0
         ),
         rounds=3,
@@ -90,16 +92,16 @@ def test_momentum_zero_is_plain_averaging_bit_for_bit() -> None:
 def test_replicas_follow_an_adaptive_server_step_bit_for_bit(collective: str) -> None:
     """FedAdam's step covers every coordinate: it goes down as a delta over the whole model,
     and every replica equals the global model the clients trained from."""
-    from tests.strategies.test_topk_federation import _run, _settings
+    from tests.helpers import federation_settings, run_in_process
 
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         collective=collective,
         compression_ratio=0.05,
         server_optimizer="fedadam",
         server_learning_rate=0.01,
     )
-    final, strategy, grid = _run(settings, rounds=4)
+    final, strategy, grid = run_in_process(settings, rounds=4)
     delta = strategy.replicas.last_delta
     assert delta is not None and delta.indices.size == final.size  # dense
     assert_replicas_hold_the_model_before_last(strategy, grid, final)

@@ -7,22 +7,22 @@ from commands.run_config import parse_overrides, resolve_settings
 from strategies.collectives.base import Participant
 from strategies.policies.lr import LastRound, learning_rate
 from strategies.policies.weights import WEIGHTS
-from tests.strategies.test_topk_federation import PROFILE, _run, _settings
+from tests.helpers import DIGITS_PROFILE, federation_settings, run_in_process
 from wire.keys import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
 from wire.messages import StreamReport, TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
-# PROFILE computes 1000 samples/s: a batch of 16 takes 0.016 s.
+# DIGITS_PROFILE computes 1000 samples/s: a batch of 16 takes 0.016 s.
 
 
 def test_fixed_batches_wait_for_slow_streams_and_the_clock_charges_it() -> None:
-    settings = _settings(strategy="dense", stream_rates="4, 8, 200", batch_size=16)
-    _, strategy, _ = _run(settings, rounds=2)
+    settings = federation_settings(strategy="dense", stream_rates="4, 8, 200", batch_size=16)
+    _, strategy, _ = run_in_process(settings, rounds=2)
     first = strategy.stats[1]
     # The slowest stream (4/s) has its 16th sample at 4.0 s; the round cannot end sooner.
     assert first.stream is not None and first.stream["wait_s_max"] == pytest.approx(4.0)
-    assert first.round_time_s >= 4.0 + 16 / PROFILE.train_flops_per_s
+    assert first.round_time_s >= 4.0 + 16 / DIGITS_PROFILE.train_flops_per_s
     assert first.stream["batch_min"] == first.stream["batch_max"] == 16
     assert first.stream["rate_total"] == pytest.approx(212.0)
 
@@ -30,10 +30,10 @@ def test_fixed_batches_wait_for_slow_streams_and_the_clock_charges_it() -> None:
 def test_persistence_piles_up_and_truncation_stays_small() -> None:
     peaks = {}
     for policy in ("persistence", "truncation"):
-        settings = _settings(
+        settings = federation_settings(
             strategy="dense", stream_rates="8, 8, 400", batch_size=16, buffer_policy=policy
         )
-        _, strategy, _ = _run(settings, rounds=4)
+        _, strategy, _ = run_in_process(settings, rounds=4)
         peaks[policy] = [strategy.stats[r].stream["buffer_samples_max"] for r in range(1, 5)]
         times = [strategy.stats[r].virtual_time_s for r in range(1, 5)]  # same for both
     # The 400/s client: in round 1 it waits for its own 16 samples (0.04 s); later, by each
@@ -51,7 +51,7 @@ def test_persistence_piles_up_and_truncation_stays_small() -> None:
 
 
 def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         collective="allgather",
         stream_rates="8, 16, 400",
@@ -59,7 +59,7 @@ def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> N
         buffer_policy="truncation",
         aggregation_weights="rate",
     )
-    _, strategy, _ = _run(settings, rounds=3)
+    _, strategy, _ = run_in_process(settings, rounds=3)
     first = strategy.stats[1]
     assert first.stream is not None
     assert first.stream["wait_s_max"] == pytest.approx(1.0)  # 8/s waits for batch-min = 8
@@ -97,14 +97,14 @@ def test_weights_and_learning_rate_scaling() -> None:
 
 
 def test_linear_scaling_follows_the_last_global_batch() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="dense",
         stream_rates="8, 8, 8",
         batch_policy="rate",
         batch_size=16,
         lr_scaling="linear",
     )
-    _, strategy, _ = _run(settings, rounds=3)
+    _, strategy, _ = run_in_process(settings, rounds=3)
     assert strategy.stats[1].learning_rate == pytest.approx(settings.learning_rate)
     # Round 1: every client trained on batch-min = 8, the base batch is 16 per client.
     assert strategy.stats[2].learning_rate == pytest.approx(settings.learning_rate * 24 / 48)
@@ -129,7 +129,7 @@ def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None
 
 
 def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         collective="auto",
         cr_schedule="nsga2",
@@ -141,7 +141,7 @@ def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
         aggregation_weights="rate",
         lr_scaling="linear",
     )
-    _, strategy, _ = _run(settings, rounds=5)
+    _, strategy, _ = run_in_process(settings, rounds=5)
     assert all(strategy.stats[r].stream is not None for r in range(1, 6))
     assert any(strategy.stats[r].ratio_policy.get("ratio_solve") is not None for r in range(3, 6))
 
@@ -161,7 +161,7 @@ def test_presets_are_valid_settings(presets: str) -> None:
 
 
 def test_same_seed_same_streaming_run() -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         compression_ratio=0.1,
         adaptive_delta=0.3,
@@ -174,8 +174,8 @@ def test_same_seed_same_streaming_run() -> None:
         injection_beta=0.5,
         num_clients=4,
     )
-    first, run_a, _ = _run(settings, rounds=4)
-    second, run_b, _ = _run(settings, rounds=4)
+    first, run_a, _ = run_in_process(settings, rounds=4)
+    second, run_b, _ = run_in_process(settings, rounds=4)
     assert np.array_equal(first, second)
     for r in range(1, 5):
         a, b = run_a.stats[r], run_b.stats[r]

@@ -94,10 +94,10 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     from server.app import build_strategy
     from server.build import train_config_record
     from testing.in_process import InProcessGrid
-    from tests.strategies.test_topk_federation import _settings
+    from tests.helpers import federation_settings
     from wire.layout import Layout
 
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk",
         compression_ratio=0.1,
         collective="auto",

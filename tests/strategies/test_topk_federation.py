@@ -2,26 +2,27 @@
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
-from common.settings import Settings, settings_with
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allreduce import LEADERS, TOPK_NORM2, claim_of
 from strategies.collectives.base import Participant
-from strategies.edge import EdgeStrategy
 from testing.in_process import InProcessGrid
-from tests.helpers import assert_replicas_hold_the_model_before_last, unit_clock
-from timing.devices import DeviceProfile
+from tests.helpers import (
+    DIGITS_PROFILE,
+    assert_replicas_hold_the_model_before_last,
+    federation_settings,
+    run_in_process,
+    unit_clock,
+)
 from wire.codec import index_nbytes, topk_count
 from wire.layout import Layout
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
-PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 MODES = {
     "allgather": {"collective": "allgather"},
     "allreduce-star": {"collective": "allreduce", "leader": "star"},
@@ -31,39 +32,11 @@ MODES = {
 }
 
 
-def _settings(**overrides: object) -> Settings:
-    base = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
-    return settings_with(**(base | overrides))
-
-
-def _run(
-    settings: Settings, rounds: int, grid: InProcessGrid | None = None
-) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
-    layout = Layout.of_model(model)
-    clock = unit_clock({i: PROFILE for i in range(settings.num_clients)})
-    strategy = build_strategy(settings, clock, layout, buffer_positions(model))
-    grid = grid or InProcessGrid(settings)
-    result = strategy.start(
-        grid=grid,  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=rounds,
-        train_config=train_config_record(
-            learning_rate=settings.learning_rate,
-            local_steps=settings.local_steps,
-            batch_size=settings.batch_size,
-            seed=settings.seed,
-        ),
-    )
-    arrays: ArrayRecord = result.arrays
-    return layout.flatten(arrays), strategy, grid
-
-
 @pytest.mark.parametrize("mode", list(MODES))
 def test_ratio_one_gives_exactly_the_dense_model(mode: str) -> None:
-    dense, _, _ = _run(_settings(strategy="dense"), rounds=3)
-    topk, strategy, _ = _run(
-        _settings(strategy="topk", compression_ratio=1.0, **MODES[mode]), rounds=3
+    dense, _, _ = run_in_process(federation_settings(strategy="dense"), rounds=3)
+    topk, strategy, _ = run_in_process(
+        federation_settings(strategy="topk", compression_ratio=1.0, **MODES[mode]), rounds=3
     )
     np.testing.assert_array_equal(topk, dense)
     assert strategy.stats[3].num_clients == 3
@@ -79,14 +52,18 @@ def test_batch_norm_statistics_travel_every_round_and_average_as_dense(mode: str
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     buffers = buffer_positions(model)
     assert buffers.size == 2 * (256 + 128) + 2  # means, variances and two counters
-    dense, _, _ = _run(_settings(strategy="dense", model="mlp-bn"), rounds=1)
-    topk, strategy, _ = _run(
-        _settings(strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]),
+    dense, _, _ = run_in_process(federation_settings(strategy="dense", model="mlp-bn"), rounds=1)
+    topk, strategy, _ = run_in_process(
+        federation_settings(
+            strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+        ),
         rounds=2,  # the second round runs with the index set of the first (one-phase policies)
     )
     assert not any(strategy.stats[r].refused for r in (1, 2))
-    first, _, _ = _run(
-        _settings(strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]),
+    first, _, _ = run_in_process(
+        federation_settings(
+            strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+        ),
         rounds=1,
     )
     np.testing.assert_allclose(first[buffers], dense[buffers], rtol=1e-5, atol=1e-7)
@@ -101,9 +78,11 @@ def test_buffers_take_none_of_the_k_slots_of_the_shared_index_set(mode: str) -> 
     aggregate or the residual estimate picks it: the counters' deltas (1 a step) and the
     statistics' would otherwise crowd weights out at small c."""
     buffers = buffer_positions(build_model("mlp-bn", DIGITS_SPEC, seed=5))
-    settings = _settings(strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode])
+    settings = federation_settings(
+        strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+    )
     for rounds in (1, 2):  # round 2 of the one-phase policies uses their own index set
-        _, strategy, _ = _run(settings, rounds=rounds)
+        _, strategy, _ = run_in_process(settings, rounds=rounds)
         update = strategy.replicas.last_delta
         assert update is not None and not strategy.stats[rounds].refused
         assert np.isin(buffers, update.indices).all()
@@ -139,8 +118,8 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
-    final, strategy, grid = _run(
-        _settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
+    final, strategy, grid = run_in_process(
+        federation_settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
     )
 
     # Each replica holds the model of the last instruction: the global before round 4's update.
@@ -151,14 +130,14 @@ def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
 
 
 def test_star_leader_rotates_by_round_and_partition() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
-    _, _, grid = _run(settings, rounds=6)
+    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
+    _, _, grid = run_in_process(settings, rounds=6)
     leaders = [node - 100 for kind, node in grid.sent if kind == "train.indices"]
     assert leaders == [r % 3 for r in range(1, 7)]
 
 
 def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = _settings(
+    settings = federation_settings(
         strategy="topk", compression_ratio=0.05, collective="allreduce", leader="var"
     )
     scores: dict[int, float] = {}
@@ -169,7 +148,7 @@ def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch)
         return choose(server_round, participants)
 
     monkeypatch.setitem(LEADERS, "var", spy)
-    _, strategy, grid = _run(settings, rounds=1)
+    _, strategy, grid = run_in_process(settings, rounds=1)
     [leader] = [node for kind, node in grid.sent if kind == "train.indices"]
     assert len({node for kind, node in grid.sent if kind == "train.values"}) == 3
     assert strategy.stats[1].phases[1]["name"] == "indices"
@@ -178,15 +157,15 @@ def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allgather")
-    _, strategy, _ = _run(settings, rounds=2)
+    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    _, strategy, _ = run_in_process(settings, rounds=2)
     d = 50_826
     k = topk_count(d, 0.01)
     formula = 3 * (4 * k + index_nbytes(k, d))
     assert strategy.stats[2].bytes_up == pytest.approx(formula, rel=0.10)
 
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
-    _, strategy, _ = _run(settings, rounds=2)
+    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
+    _, strategy, _ = run_in_process(settings, rounds=2)
     phases = {p["name"]: p for p in strategy.stats[2].phases}
     assert phases["values"]["bytes_up"] == pytest.approx(3 * 4 * k, rel=0.10)
     assert phases["indices"]["bytes_up"] == pytest.approx(index_nbytes(k, d), rel=0.10)
@@ -196,10 +175,10 @@ def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:
 
 
 def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.05, collective="allgather")
+    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allgather")
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
+    strategy = build_strategy(settings, unit_clock({i: DIGITS_PROFILE for i in range(3)}), layout)
     grid = InProcessGrid(settings)
     arrays = layout.unflatten(model_to_vector(model))
     config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
@@ -224,10 +203,10 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
 def test_a_round_goes_to_every_connected_node_once_min_clients_are(strategy: str) -> None:
     from tests.helpers import FakeGrid, train_config
 
-    settings = _settings(strategy=strategy, num_clients=4, min_clients=2)
+    settings = federation_settings(strategy=strategy, num_clients=4, min_clients=2)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
-    built = build_strategy(settings, unit_clock({i: PROFILE for i in range(4)}), layout)
+    built = build_strategy(settings, unit_clock({i: DIGITS_PROFILE for i in range(4)}), layout)
     arrays = layout.unflatten(model_to_vector(model))
     for connected in ([100, 102], [100, 101, 103], [100, 101, 102, 103]):
         messages = built.configure_train(1, arrays, train_config(), FakeGrid(connected))

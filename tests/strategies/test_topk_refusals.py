@@ -14,8 +14,7 @@ from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.allreduce import PENDING_KEY
 from testing.in_process import InProcessGrid
-from tests.helpers import unit_clock
-from tests.strategies.test_topk_federation import _settings
+from tests.helpers import federation_settings, unit_clock
 from timing.devices import DeviceProfile
 from wire.codec import decode_indices, raw_array
 from wire.layout import Layout
@@ -119,7 +118,7 @@ def _one_round(grid: InProcessGrid, settings) -> tuple[np.ndarray, np.ndarray | 
 
 @pytest.mark.parametrize("reason", list(CORRUPTIONS))
 def test_allgather_bad_reply_equals_that_client_dropping_out(reason: str) -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
     dropped = InProcessGrid(settings)
     dropped.fail_nodes = {101}
     _, expected, _ = _one_round(dropped, settings)
@@ -132,7 +131,7 @@ def test_allgather_bad_reply_equals_that_client_dropping_out(reason: str) -> Non
 
 
 def test_every_reply_bad_keeps_the_old_model() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
     grid = CorruptingGrid(settings, {n: _nan for n in (100, 101, 102)})
     start, got, strategy = _one_round(grid, settings)
     assert got is None  # Strategy.start keeps the previous arrays
@@ -140,7 +139,7 @@ def test_every_reply_bad_keeps_the_old_model() -> None:
 
 
 def test_allreduce_values_phase_refusal_renormalises() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
+    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
     grid = CorruptingGrid(settings, {})
     original = grid.send_and_receive
 
@@ -159,7 +158,7 @@ def test_allreduce_values_phase_refusal_renormalises() -> None:
 
 
 def test_allreduce_equals_the_dense_weighted_sum_at_the_shared_indices() -> None:
-    settings = _settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
+    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
     grid = InProcessGrid(settings)
     held: dict[int, np.ndarray] = {}
     leader_indices: list[np.ndarray] = []

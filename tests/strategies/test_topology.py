@@ -8,10 +8,9 @@ from common.models import build_model
 from common.params import model_to_vector
 from server.app import build_strategy
 from server.build import train_config_record
-from strategies.collectives.cost import Link, artopk_tree, ring_allreduce
 from testing.in_process import InProcessGrid
-from tests.helpers import unit_clock
-from tests.strategies.test_topk_federation import _settings
+from tests.helpers import federation_settings, unit_clock
+from timing.cost import Link, artopk_tree, ring_allreduce
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 
@@ -21,7 +20,7 @@ SLOW = DeviceProfile("slow", 500.0, 0.0, 1e6, 2e6, 0.02)
 
 
 def _run(**overrides: object):  # type: ignore[no-untyped-def]
-    settings = _settings(**overrides)
+    settings = federation_settings(**overrides)
     model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({0: FAST, 1: SLOW, 2: FAST}), layout)

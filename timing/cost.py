@@ -1,6 +1,6 @@
 """Alpha-beta cost models of collectives, as small pure functions.
 
-Symbols as in ``../shared/reference/methods.md`` part A: N workers, a message of M bytes,
+Symbols as in docs/methods.md (the cost models): N workers, a message of M bytes,
 α latency (s), β = 1 / bandwidth (s per byte), log = log2, c the compression ratio. Each
 function returns seconds. Each collective module keeps its own table of these by topology
 (``peer_cost`` looks one up).
