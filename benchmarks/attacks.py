@@ -48,7 +48,7 @@ import numpy as np
 
 from commands.run_config import parse_overrides, resolve_settings
 from common.flower_patches import set_task_identity
-from common.settings import PROJECT_ROOT
+from common.settings import PROJECT_ROOT, table_names
 from testing.attacks import ABSENT, ATTACKS, COLLUDERS, AttackGrid
 from testing.in_process import run_server_app
 
@@ -135,7 +135,7 @@ def jobs(
 def table(rows: list[dict[str, Any]]) -> str:
     """A20 (mean accuracy of the last 20 rounds), mean over seeds, per (mode, attack) and
     defence."""
-    defences = ("none", "clip", "clip-screen", "trimmed-mean", "median")
+    defences = table_names("robust")
     lines = [
         "| mode | attack | " + " | ".join(f"robust = {d}" for d in defences) + " |",
         "|---" * (len(defences) + 2) + "|",
