@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgeflex-installed
 
-.PHONY: venv run compare test test-cpu-paths lint clean
+.PHONY: venv run compare test test-fast test-cpu-paths lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ compare: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Everything but the tests that start processes (SuperLink, SuperNodes, agents, mosquitto,
+# nginx): a couple of minutes on 2 cores.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The golden records again under CPU kernel paths forced on this machine: a record that holds on
 # one CPU only fails here (tests/records_match.py says what may differ between CPUs).

@@ -49,3 +49,10 @@ def nginx() -> None:
     from commands.fleet_gate import MISSING, nginx_path
 
     require_system_package(nginx_path(), MISSING)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the session's mosquitto or nginx starts a process: it is slow."""
+    for item in items:
+        if {"mqtt_broker", "nginx"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

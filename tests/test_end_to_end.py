@@ -19,6 +19,9 @@ from tests.helpers import REQUIRED_ROUND_FIELDS, processes_with_env
 
 # Top-k Allreduce with the variance leader: the custom actions train.indices and train.values
 # route through the real runtime (three phases a round), sparse both ways.
+pytestmark = pytest.mark.slow  # starts processes
+
+
 TOPK_ALLREDUCE = {
     "num-clients": 3,
     "num-server-rounds": 2,

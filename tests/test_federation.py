@@ -29,6 +29,9 @@ from tests.helpers import (
 )
 
 # Compressed (Top-k at c = 0.1 every round) training on streaming clients at S1-normal rates.
+pytestmark = pytest.mark.slow  # starts processes
+
+
 STREAMING_TOPK = (
     "configs/scadles.toml adaptive-delta=0 num-clients=3 num-server-rounds=2 seed=5 "
     "round-timeout-s=120"

@@ -16,7 +16,7 @@ from commands.fleet_gate import GateFiles, local_gate
 from commands.make_certificates import make_certificates
 from commands.run import CONNECTION, flower_env, local_superlink, write_connection
 
-pytestmark = pytest.mark.usefixtures("nginx")
+pytestmark = [pytest.mark.usefixtures("nginx"), pytest.mark.slow]  # starts nginx and Flower
 
 
 def _register(home: Path, port: int, ca: Path, public_key: Path) -> subprocess.CompletedProcess:

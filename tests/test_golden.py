@@ -179,10 +179,11 @@ def test_records_equal_the_golden_ones(
     last_rounds = LastRounds.of([row["accuracy"] for row in rounds]).as_record()
     assert summary.pop("last_rounds") == last_rounds
     rounds_file, summary_file = GOLDEN_DIR / f"{name}.jsonl", GOLDEN_DIR / f"{name}.summary.json"
-    if RECORD:
+    if RECORD:  # writing the records is all: comparing a run with itself proves nothing
         GOLDEN_DIR.mkdir(exist_ok=True)
         rounds_file.write_text("".join(json.dumps(r) + "\n" for r in rounds))
         summary_file.write_text(json.dumps(_without_new_settings(summary), indent=1) + "\n")
+        pytest.skip(f"recorded {rounds_file.name} and {summary_file.name}; not compared")
     # The table, not this run's margins, says where comparing stops: margins near TIE_MARGIN
     # (trace's round 2 is at 1.03e-5) may fall on either side of it on another CPU. A near-tie
     # clearly earlier than the table's (half the margin) would narrow the check unnoticed.

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from common.settings import PROJECT_ROOT
 
 PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client", "commands")
@@ -43,6 +45,7 @@ NOT_ON_A_DEVICE = (
 ON_A_DEVICE_TOO = ("timing", "timing.cost")
 
 
+@pytest.mark.slow  # a child Python imports the ClientApp
 def test_the_client_app_loads_no_server_side_module() -> None:
     code = "import sys, client.app; print('\\n'.join(sorted(sys.modules)))"
     out = subprocess.run(

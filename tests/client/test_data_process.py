@@ -9,6 +9,8 @@ from client.data_process import partition_in_child
 from commands.run_config import parse_overrides, resolve_settings
 from common.data import client_partition
 
+pytestmark = pytest.mark.slow  # starts processes
+
 
 def test_the_child_makes_the_partition_the_node_would_make_itself() -> None:
     settings = resolve_settings(parse_overrides("num-clients=3 partitioner=dirichlet seed=4"))

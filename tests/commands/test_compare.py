@@ -11,6 +11,7 @@ from common.settings import ConfigError
 from tests.helpers import processes_with_env
 
 
+@pytest.mark.slow  # each run is a simulation of its own
 def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
     before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "home-")))

@@ -7,9 +7,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from commands import flwr_home
 from commands.run import free_port
 from common.settings import PROJECT_ROOT, default_run_config
+
+pytestmark = pytest.mark.slow  # starts processes
 
 
 def test_setup_writes_the_connection_and_the_variables_once(tmp_path: Path) -> None:

@@ -3,7 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from commands.processes import _alive, process_tree, stop_trees
+
+pytestmark = pytest.mark.slow  # starts processes
+
 
 READY = "print('ready', flush=True); time.sleep(60)"
 IGNORES_SIGTERM = f"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); {READY}"
