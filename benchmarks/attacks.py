@@ -57,7 +57,7 @@ GRID_FILE = PROJECT_ROOT / "configs" / "measure" / "attacks.toml"
 
 @dataclass(frozen=True)
 class Mode:
-    """One row of the attack grid (configs/attacks.toml)."""
+    """One row of the attack grid (configs/measure/attacks.toml)."""
 
     overlay: str  # run config over the grid's ``common``
     defences: tuple[str, ...]
@@ -77,12 +77,18 @@ def load_grid(path: Path = GRID_FILE) -> tuple[str, dict[str, Mode]]:
     for name, row in spec.get("modes", {}).items():
         if extra := sorted(set(row) - {"overlay", "defences", "attacks"}):
             raise SystemExit(f"{path}: modes.{name}: unknown keys {extra}")
+        defences = row.get("defences")
+        if not defences or set(defences) - set(table_names("robust")):
+            raise SystemExit(
+                f"{path}: modes.{name}.defences: {defences!r} is not a list of "
+                f"{', '.join(table_names('robust'))}"
+            )
         attacks: list[str] = []
         for entry in row.get("attacks", []):
             if entry not in groups and entry not in known:
                 raise SystemExit(f"{path}: modes.{name}.attacks: unknown attack {entry!r}")
             attacks.extend(groups.get(entry, (entry,)))
-        modes[name] = Mode(str(row.get("overlay", "")), tuple(row["defences"]), tuple(attacks))
+        modes[name] = Mode(str(row.get("overlay", "")), tuple(defences), tuple(attacks))
     return str(spec.get("common", "")), modes
 
 

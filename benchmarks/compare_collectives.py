@@ -2,10 +2,11 @@
 
     .venv/bin/python -m benchmarks.compare_collectives FIXED_DIR [FIXED_DIR ...] AUTO_DIR [...]
 
-Each run is named by its configuration's ``collective`` (``summary.json``). Prints total
-communication time (virtual seconds spent transferring, compute excluded) of each run, the
-per-round best of the fixed runs (Σ_r min over the fixed runs of their round r), how far each
-run is above that, the rounds each run spent with each collective, and final accuracies.
+Each run is named by its collective (``summary.json``'s configuration) and its directory.
+Prints total communication time (virtual seconds spent transferring, compute excluded) of each
+run, the per-round best of the fixed runs (Σ_r min over the fixed runs of their round r), how
+far each run is above that, the rounds each run spent with each collective, and final
+accuracies.
 """
 
 from __future__ import annotations
@@ -16,22 +17,30 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from common.settings import Settings, default_run_config
+from server.build import COLLECTIVE_OF_STRATEGY
 from server.records import read_rounds
 from strategies.collectives import COLLECTIVES
 
 
 def collective_of(run_dir: Path) -> str:
-    return str(json.loads((run_dir / "summary.json").read_text())["config"]["collective"])
+    """The run's collective as its records name it ("dense" for a dense run)."""
+    config = json.loads((run_dir / "summary.json").read_text())["config"]
+    known = {k: v for k, v in config.items() if k in set(Settings.keys())}  # older runs: defaults
+    settings = Settings.from_run_config(default_run_config() | known, tables=False)
+    return COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    collectives = [collective_of(run_dir) for run_dir in args.dirs]
     runs: list[tuple[str, list[dict[str, Any]]]] = [
-        (collective_of(run_dir), read_rounds(run_dir)) for run_dir in args.dirs
+        (f"{name} ({run_dir})", read_rounds(run_dir))
+        for name, run_dir in zip(collectives, args.dirs, strict=True)
     ]
-    fixed = [rows for name, rows in runs if name in COLLECTIVES]
+    fixed = [rows for name, (_, rows) in zip(collectives, runs, strict=True) if name in COLLECTIVES]
     if not fixed or len({len(rows) for _, rows in runs}) != 1:
         raise SystemExit("give at least one fixed collective, all runs of one number of rounds")
     best = sum(min(r["comm_time_s"] for r in same) for same in zip(*fixed, strict=True))

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.settings import default_run_config
 from server.last_rounds import LastRounds
 from server.records import read_rounds
 from strategies.collectives import COLLECTIVES
@@ -31,7 +32,8 @@ def describe(results_dir: Path) -> str:
         return "dense"
     mode = config["collective"]
     own = COLLECTIVES[mode].own_settings if mode in COLLECTIVES else ()
-    details = "".join(f" {key}={config[key]}" for key in own)
+    defaults = default_run_config()  # for records from before a setting existed
+    details = "".join(f" {key}={config.get(key, defaults[key])}" for key in own)
     return f"{config['strategy']} {mode}{details} c={config['compression-ratio']}"
 
 

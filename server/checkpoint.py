@@ -44,7 +44,8 @@ from strategies.edge import EdgeStrategy
 CHECKPOINT_NAME = "checkpoint.npz"
 PICKLED_NAME = "checkpoint.pkl"  # what edgeflex wrote before format 3: refused, never read
 MANIFEST = "manifest.json"
-FORMAT = 4  # bumped when what a checkpoint holds changes (3: data, not a pickle; 4: issue 38)
+FORMAT = 5  # bumped when what a checkpoint holds changes (3: data, not a pickle; 4: issue 38;
+# 5: Allreduce keeps its round's index set and the model size, RoundStats.ratio_policy)
 MAX_MANIFEST_BYTES = 1 << 30
 ZIP_MAGIC = b"PK\x03\x04"
 

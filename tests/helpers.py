@@ -4,6 +4,7 @@ and waits and checks for local federations' processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from strategies.edge import EdgeStrategy
 from testing.in_process import InProcessGrid
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
-from timing.network import NetworkSchedule
+from timing.network import TRACE_COLUMNS, NetworkSchedule
 from wire.layout import Layout
 from wire.messages import CompressionConfig, RoundConfig, TrainInstruction
 
@@ -265,3 +266,8 @@ def wait_for_rounds(path: Path, count: int, runner: threading.Thread) -> None:
     while not (path.exists() and len(path.read_text().splitlines()) >= count):
         assert time.monotonic() < deadline and runner.is_alive(), f"round {count} never finished"
         time.sleep(0.2)
+
+
+def trace_line(*values: object) -> str:
+    """One line of a JSON Lines trace: round, client, latency_ms, uplink_mbps, downlink_mbps."""
+    return json.dumps(dict(zip(TRACE_COLUMNS, values, strict=True))) + "\n"

@@ -197,31 +197,38 @@ def _flower_patches(path: Path, root: Path = PROJECT_ROOT) -> list[str]:
             flower_names |= {a.asname or a.name for a in node.names}
 
     def flower_rooted(target: ast.expr) -> bool:
-        while isinstance(target, ast.Attribute):
+        while isinstance(target, ast.Attribute | ast.Subscript):
             target = target.value
         return isinstance(target, ast.Name) and target.id in flower_names
+
+    def elements(target: ast.expr) -> list[ast.expr]:
+        if isinstance(target, ast.Tuple | ast.List):
+            return [e for element in target.elts for e in elements(element)]
+        return [target]
+
+    def is_setattr(func: ast.expr) -> bool:  # setattr, delattr, monkeypatch.setattr, __setattr__
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        return name.strip("_") in {"setattr", "delattr", "setitem"}
 
     where = path.relative_to(root).as_posix()
     found = []
     for node in ast.walk(tree):
         targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
+        if isinstance(node, ast.Assign | ast.Delete):
             targets = node.targets
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
         elif (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in {"setattr", "delattr"}
+            and is_setattr(node.func)
             and node.args
             and flower_rooted(node.args[0])
         ):
             found.append(f"{where}:{node.lineno}")
-        for target in targets:
-            elements = target.elts if isinstance(target, ast.Tuple) else [target]
-            if any(isinstance(e, ast.Attribute) and flower_rooted(e) for e in elements):
-                found.append(f"{where}:{node.lineno}")
-    return found
+        targets = [e for target in targets for e in elements(target)]
+        if any(isinstance(e, ast.Attribute | ast.Subscript) and flower_rooted(e) for e in targets):
+            found.append(f"{where}:{node.lineno}")
+    return sorted(found, key=lambda f: int(f.rsplit(":", 1)[1]))
 
 
 def test_flower_is_patched_in_one_module_only() -> None:
@@ -243,8 +250,19 @@ def test_the_patch_check_finds_a_patch(tmp_path: Path) -> None:
         "loop.time = None\n"
         "setattr(TaskIdentity, '_node_id', 1)\n"
         "other = object()\n"
+        "del TaskIdentity._task_id\n"
+        "(a, [b, loop.sleep]) = 1, [2, 3]\n"
+        "object.__setattr__(TaskIdentity, '_run_id', 2)\n"
+        "other.x = 1\n"
     )
-    assert _flower_patches(stray, root=tmp_path) == ["stray.py:3", "stray.py:4", "stray.py:5"]
+    assert _flower_patches(stray, root=tmp_path) == [
+        "stray.py:3",
+        "stray.py:4",
+        "stray.py:5",
+        "stray.py:7",
+        "stray.py:8",
+        "stray.py:9",
+    ]
 
 
 def _private_test_imports(path: Path, root: Path) -> list[str]:

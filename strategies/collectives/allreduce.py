@@ -376,18 +376,18 @@ class Allreduce:
     @classmethod
     def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> Allreduce:
         return cls(
-            settings.leader, settings.index_policy, settings.index_hints, always_sent, layout.size
+            layout.size, settings.leader, settings.index_policy, settings.index_hints, always_sent
         )
 
     def __init__(
         self,
+        size: int,  # the model's length, for the index set's encoding
         leader: str = "star",
         index_policy: str = "leader",
         index_hints: float = 0.0,
         always_sent: Indices | None = None,
-        size: int = 0,
     ) -> None:
-        self.size = size  # the model's length, for the index set's encoding
+        self.size = size
         # the model's buffers: in every index set (see ClientRound.always_sent)
         self.always_sent = np.zeros(0, dtype=np.int64) if always_sent is None else always_sent
         self.choose_leader = LEADERS[leader]
@@ -417,12 +417,14 @@ class Allreduce:
         return frozenset({SPARSE_KEY, HINTS_KEY} if self._hint_count() else {SPARSE_KEY})
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector | None:
+        claim = reply.collective_metrics.get(TOPK_NORM2)
+        if claim is not None and not claim >= 0.0:
+            raise ValueError(f"topk-norm2 {claim!r} is not a non-negative number")
         if self._index_set is not None:
             self._hints_of(reply, plan)  # checked now: a bad hint refuses the reply
             return plan.compressor.decode(required_sparse(reply.sparse), self._index_set.size)
-        claim = reply.collective_metrics.get(TOPK_NORM2)
-        if claim is None or not claim >= 0.0:
-            raise ValueError(f"topk-norm2 {claim!r} is not a non-negative number")
+        if claim is None:
+            raise ValueError("topk-norm2 None is not a non-negative number")
         return None  # values come in the value phase
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:

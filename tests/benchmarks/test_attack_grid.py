@@ -22,3 +22,10 @@ def test_an_unknown_attack_names_the_file_and_the_mode(tmp_path: Path) -> None:
     grid.write_text('[modes.m]\noverlay = ""\ndefences = ["none"]\nattacks = ["flop"]\n')
     with pytest.raises(SystemExit, match=r"grid.toml: modes.m.attacks: unknown attack 'flop'"):
         load_grid(grid)
+
+
+def test_a_defence_that_is_not_one_names_the_file_and_the_mode(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[modes.m]\noverlay = ""\ndefences = ["moat"]\nattacks = ["flip"]\n')
+    with pytest.raises(SystemExit, match=r"grid.toml: modes.m.defences: \['moat'\] is not a list"):
+        load_grid(grid)

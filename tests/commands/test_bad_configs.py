@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commands import run as run_simulation
-from tests.timing.test_network import trace_line
+from tests.helpers import trace_line
 
 
 def _networks(tmp_path: Path, *rows: tuple[float, ...]) -> str:

@@ -238,6 +238,13 @@ def test_a_changed_foreign_or_newer_checkpoint_is_refused_with_the_reason(tmp_pa
     with pytest.raises(ConfigError, match=f"a newer edgeflex .*format {FORMAT + 1}"):
         _resume(stopped, tmp_path)
 
+    def older(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["edgeflex-checkpoint"] = FORMAT - 1  # e.g. an Allreduce without its size
+
+    _rewrite(path, older, rehash=True)
+    with pytest.raises(ConfigError, match=f"an older edgeflex .*format {FORMAT - 1}"):
+        _resume(stopped, tmp_path)
+
     def foreign_class(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
         manifest["edgeflex-checkpoint"] = FORMAT
         manifest["strategy"]["$object"] = "subprocess:Popen"

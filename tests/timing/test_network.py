@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from common.settings import PROJECT_ROOT
-from tests.helpers import unit_clock
+from tests.helpers import trace_line, unit_clock
 from timing.devices import MBPS, DeviceProfile
-from timing.network import TRACE_COLUMNS, NetworkConfigError, load_schedule, load_trace
+from timing.network import NetworkConfigError, load_schedule, load_trace
 from wire.tally import ClientWork
 
 PRESETS = PROJECT_ROOT / "configs" / "networks.toml"
@@ -52,11 +52,6 @@ def test_trace_rows_hold_from_their_round() -> None:
     assert schedule.link(19, 1).latency_s == pytest.approx(0.050)  # type: ignore[union-attr]
     assert schedule.link(20, 1).uplink_bytes_per_s == pytest.approx(1 * MBPS)  # type: ignore[union-attr]
     assert load_schedule(PRESETS, "trace-example", 4, 0).link(5, 3) is None  # not in the trace
-
-
-def trace_line(*values: object) -> str:
-    """One line of a JSON Lines trace: round, client, latency_ms, uplink_mbps, downlink_mbps."""
-    return json.dumps(dict(zip(TRACE_COLUMNS, values, strict=True))) + "\n"
 
 
 GOOD = trace_line(1, 0, 10, 5, 20)
