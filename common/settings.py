@@ -51,10 +51,15 @@ TIMINGS = ("modelled", "measured")
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _lookup(reference: str) -> Any:
+    """``module:NAME``, imported when settings are checked."""
+    module, attribute = reference.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def table_names(field_name: str) -> tuple[str, ...]:
     """The names a table-backed key allows: the keys of its table."""
-    module, attribute = TABLES[field_name].split(":")
-    return tuple(getattr(importlib.import_module(module), attribute))
+    return tuple(_lookup(TABLES[field_name]))
 
 
 class ConfigError(ValueError):
@@ -143,8 +148,8 @@ class Settings:
     strategy: str = _spec(table=True, doc="aggregation strategy")
     collective: str = _spec(
         table=True,
-        doc="topk: allgather, allreduce, powersgd (low rank), or auto (cheaper by prediction, "
-        "per round)",
+        doc="topk: how compressed updates are exchanged (docs/methods.md, the collectives); auto "
+        "chooses per round the one of auto-collectives with the shortest predicted round",
     )
     auto_collectives: str = _spec(
         doc="collective = auto: the collectives it chooses from, comma-separated, in the order "
@@ -272,7 +277,7 @@ class Settings:
     batch_min: int = _spec(minimum=1, doc="streams, rate batches: smallest batch")
     batch_max: int = _spec(minimum=1, doc="streams, rate batches: largest batch")
     aggregation_weights: str = _spec(
-        table=True, doc="weights of client updates: examples, rate or uniform"
+        table=True, doc="weights of client updates in the aggregate: examples, stream rate, equal"
     )
     lr_scaling: str = _spec(
         table=True, doc="linear: learning rate x (global batch / batch-size x clients)"
@@ -285,7 +290,9 @@ class Settings:
         minimum=0.0, maximum=1.0, doc="data injection: share of its batch a sharer sends"
     )
     robust: str = _spec(
-        table=True, doc="robust aggregation: none, clip, clip-screen, trimmed-mean or median"
+        table=True,
+        doc="the defence against hostile clients: how updates are screened and combined "
+        "(docs/methods.md, hostile clients)",
     )
     robust_clip: float = _spec(
         minimum=1.0,
@@ -385,24 +392,17 @@ class Settings:
             f.name: _check(f, run_config[_key(f.name)], tables) for f in dataclasses.fields(cls)
         }
         settings = cls(**values)
-        settings._check_together()
+        settings._check_together(tables)
         return settings
 
-    def _check_together(self) -> None:
-        """Rules that involve more than one key."""
+    def _check_together(self, tables: bool) -> None:
+        """Rules that involve more than one key (``tables``: also those the tables decide)."""
         try:
             check_stream_rates(self.stream_rates, self.num_clients)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        coordinatewise = self.robust in ("trimmed-mean", "median")
-        aligned = ("allreduce", "powersgd")  # every client's values at the same coordinates
-        if coordinatewise and self.strategy == "topk" and self.collective not in aligned:
-            raise ConfigError(
-                f"robust = {self.robust!r} combines updates coordinate by coordinate, which needs "
-                "them at the same coordinates: strategy = 'dense' or collective = 'allreduce' "
-                "or 'powersgd' "
-                f"(got collective = {self.collective!r}, whose index sets differ per client)"
-            )
+        if tables:
+            self._check_coordinates()
         if self.dataset == "synthetic" and self.partitioner != "iid":
             raise ConfigError(
                 f"partitioner = {self.partitioner!r} splits a data set over the clients; "
@@ -495,6 +495,20 @@ class Settings:
             raise ConfigError(
                 f"buffer-capacity ({self.buffer_capacity}) is smaller than the largest batch "
                 f"({largest}); use 0 (no limit) or at least {largest}"
+            )
+
+    def _check_coordinates(self) -> None:
+        """A defence that combines coordinate by coordinate needs every client's values at the
+        same coordinates: the defences and the collectives say which do."""
+        coordinatewise = _lookup("strategies.policies.robust:COORDINATEWISE")
+        aligned = _lookup("strategies.collectives:ALIGNED")
+        compressed = self.strategy == "topk"
+        if self.robust in coordinatewise and compressed and self.collective not in aligned:
+            raise ConfigError(
+                f"robust = {self.robust!r} combines updates coordinate by coordinate, which "
+                "needs them at the same coordinates: strategy = 'dense' or collective = "
+                f"{' or '.join(repr(n) for n in sorted(aligned))} "
+                f"(got collective = {self.collective!r}, whose index sets differ per client)"
             )
 
     def to_run_config(self) -> dict[str, Any]:

@@ -13,3 +13,5 @@ from strategies.collectives.powersgd import PowerSgd
 
 # name -> the collective's class: its client half is class-level, the server half an instance
 COLLECTIVES: dict[str, ClientHalf] = {c.name: c for c in (Dense, Allgather, Allreduce, PowerSgd)}
+# those whose clients' values of a round sit at the same coordinates (coordinatewise defences)
+ALIGNED = frozenset(name for name, c in COLLECTIVES.items() if c.aligned)

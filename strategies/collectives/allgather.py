@@ -53,6 +53,7 @@ class Allgather:
     gain: ClassVar[str | None] = OWN_TOPK_GAIN
     own_settings: ClassVar[tuple[str, ...]] = ()
     reply_metrics: ClassVar[frozenset[str]] = frozenset()
+    aligned: ClassVar[bool] = False  # each client its own Top-k
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
 
     @classmethod

@@ -363,6 +363,7 @@ class Allreduce:
     gain: ClassVar[str | None] = SHARED_INDEX_GAIN
     own_settings: ClassVar[tuple[str, ...]] = ("index-policy", "leader", "index-hints")
     reply_metrics: ClassVar[frozenset[str]] = frozenset({TOPK_NORM2})
+    aligned: ClassVar[bool] = True  # the shared index set
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {
         INDICES_ACTION: _indices,
         VALUES_ACTION: _values,

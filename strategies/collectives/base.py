@@ -379,6 +379,11 @@ class ClientHalf(Protocol):
     @property
     def own_settings(self) -> tuple[str, ...]: ...
 
+    @property
+    def aligned(self) -> bool:
+        """Every client's values of a round at the same coordinates."""
+        ...
+
     def from_settings(self, settings: Settings, layout: Layout, always_sent: Indices) -> Collective:
         """The server half as the run's settings make it; ``always_sent``: the entries a
         compressed round sends whole (``sent_whole``)."""
@@ -402,6 +407,7 @@ class Collective(Protocol):
     gain: ClassVar[str | None]  # OWN_TOPK_GAIN, SHARED_INDEX_GAIN, or None (no gain model)
     own_settings: ClassVar[tuple[str, ...]]  # the run-config keys only this collective reads
     reply_metrics: ClassVar[frozenset[str]]  # metrics of its own in a training reply
+    aligned: ClassVar[bool]  # every client's values of a round at the same coordinates
     client_actions: ClassVar[Mapping[str, ActionHandler]]  # further types: "train.<action>"
 
     @staticmethod

@@ -48,6 +48,7 @@ class Dense:
     gain: ClassVar[str | None] = None
     own_settings: ClassVar[tuple[str, ...]] = ()
     reply_metrics: ClassVar[frozenset[str]] = frozenset()
+    aligned: ClassVar[bool] = True  # the whole update
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}
     PEER: ClassVar[dict[str, PeerCost]] = {
         "ring": lambda n, m, c, link: ring_allreduce(n, m, link),

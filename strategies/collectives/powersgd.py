@@ -182,6 +182,7 @@ class PowerSgd:
     gain: ClassVar[str | None] = None
     own_settings: ClassVar[tuple[str, ...]] = ("powersgd-rank",)
     reply_metrics: ClassVar[frozenset[str]] = frozenset()
+    aligned: ClassVar[bool] = True  # the same P̂ and Q
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
     PEER: ClassVar[dict[str, DenseCost]] = {
         "ring": ring_allreduce,

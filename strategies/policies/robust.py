@@ -243,3 +243,11 @@ class Median(NoDefence):
 
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
         return np.median(np.stack(vectors), axis=0).astype(np.float32)
+
+
+def _defences(cls: type[NoDefence]) -> list[type[NoDefence]]:
+    return [cls, *(d for sub in cls.__subclasses__() for d in _defences(sub))]
+
+
+# the defences that combine coordinate by coordinate (settings: they need aligned values)
+COORDINATEWISE = frozenset(d.name for d in _defences(NoDefence) if d.coordinatewise)

@@ -104,3 +104,12 @@ def test_allowed_names_come_from_the_implementing_table(
 
 def test_own_model_is_a_reference_the_settings_accept() -> None:
     assert settings_with(model="my_package.models:small").model == "my_package.models:small"
+
+
+def test_a_coordinatewise_defence_needs_a_collective_whose_values_are_aligned() -> None:
+    with pytest.raises(ConfigError, match="'allreduce' or 'dense' or 'powersgd'"):
+        settings_with(strategy="topk", collective="allgather", robust="median")
+    assert (
+        settings_with(strategy="topk", collective="allreduce", robust="median").robust == "median"
+    )
+    assert settings_with(strategy="dense", robust="trimmed-mean").robust == "trimmed-mean"
