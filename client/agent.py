@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import sys
 import threading
@@ -43,10 +42,8 @@ from flwr.app.user_config import UserConfig
 from flwr.clientapp import ClientApp
 from flwr.common.config import get_fused_config_from_fab, parse_config_args
 from flwr.common.constant import ErrorCode
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.fleet_pb2 import DeactivateNodeRequest, RegisterNodeFleetRequest
 from flwr.proto.message_pb2 import ObjectTree  # type: ignore[attr-defined]
-from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # type: ignore[attr-defined]
 from flwr.supercore import heartbeat as flower_heartbeat
 from flwr.supercore.fab import Fab
 from flwr.supercore.inflatable.inflatable_object import (
@@ -64,10 +61,10 @@ from flwr.supercore.run import Run, RunNotRunningException
 from flwr.supernode import fleet_http_connection
 from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
-from google.protobuf.message import DecodeError
 
 from client.data_process import partition_in_child
 from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
+from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
 from common.flower_patches import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
 from common.settings import Settings
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
@@ -131,7 +128,7 @@ class DeviceState:
                 serialization.PrivateFormat.PKCS8,
                 serialization.NoEncryption(),
             )
-            _write_whole(path, pem)
+            write_whole(path, pem)
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(private, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{path}: not an elliptic-curve private key")
@@ -143,7 +140,7 @@ class DeviceState:
 
     def note_node_id(self, node_id: int) -> None:
         if self.directory is not None:
-            _write_whole(self.directory / NODE_ID_FILE, str(node_id).encode())
+            write_whole(self.directory / NODE_ID_FILE, str(node_id).encode())
 
     def load(self, run_id: int) -> RecordDict:
         """The run's state as the last reply left it; empty for a new run, or (logged) when
@@ -152,8 +149,8 @@ class DeviceState:
         if path is None or not path.exists():
             return RecordDict()
         try:
-            state = recorddict_from_proto(ProtoRecordDict.FromString(path.read_bytes()))
-        except (DecodeError, ValueError, TypeError) as exc:
+            state = state_from_bytes(path.read_bytes())
+        except ValueError as exc:
             log.error("%s is not a state (%s): run %d starts from an empty one", path, exc, run_id)
             return RecordDict()
         log.info("run %d: %d records of state from %s", run_id, len(state), path)
@@ -162,7 +159,7 @@ class DeviceState:
     def save(self, run_id: int, state: RecordDict) -> None:
         if self.directory is not None:
             path = self.directory / f"{run_id}{STATE_SUFFIX}"
-            _write_whole(path, recorddict_to_proto(state).SerializeToString())
+            write_whole(path, state_to_bytes(state))
 
     def forget_runs_but(self, run_id: int) -> None:
         """A device runs one run at a time: the states of the others go."""
@@ -170,22 +167,6 @@ class DeviceState:
             for path in self.directory.glob(f"*{STATE_SUFFIX}"):
                 if path.name != f"{run_id}{STATE_SUFFIX}":
                     path.unlink(missing_ok=True)
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (mode 0600) so that a kill or a power cut at any point
-    leaves either the old file or the new one: a synced temporary file, renamed."""
-    partial = path.with_name(path.name + ".partial")
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    partial.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself
-    finally:
-        os.close(directory)
 
 
 @dataclass
@@ -554,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         device = DeviceState(args.state_dir)
         with connect(link, device) as connection:
             log.info("node %d on the SuperLink at %s", connection.node_id, link.superlink)
-            node = Node(connection, make_app(live), node_config, device)
+            node = Node(connection, make_app(live, shared_files=False), node_config, device)
             handled = serve(node, stop, wake_ups, args.idle_poll_s)
     finally:
         if wake_ups is not None:

@@ -21,6 +21,7 @@ from client.mods import packed_content, timing_stamps
 from client.node import node_identity
 from client.replica import bring_up_to_date
 from client.reports import reports
+from client.saved_state import restore_state, save_state
 from common.data import data_spec
 from common.models import build_model
 from common.params import buffer_positions
@@ -28,7 +29,13 @@ from common.settings import Settings
 from compress import COMPRESSORS
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
-from wire.keys import IDENTIFY_ACTION, METRICS_KEY, TRAIN_S
+from wire.keys import (
+    IDENTIFY_ACTION,
+    METRICS_KEY,
+    RESTORE_STATE_ACTION,
+    SAVE_STATE_ACTION,
+    TRAIN_S,
+)
 from wire.layout import Layout
 from wire.messages import (
     PhaseReply,
@@ -137,12 +144,17 @@ def identify(msg: Message, context: Context) -> Message:
     return Message(content=identity_content(node_identity(context, settings)), reply_to=msg)
 
 
-def make_app(live: LiveStream | None = None) -> ClientApp:
+def make_app(live: LiveStream | None = None, shared_files: bool = True) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
-    reads instead of replaying the partition."""
+    reads instead of replaying the partition; ``shared_files``: it answers the server's
+    save-state and restore-state queries (simulation: the server's file system is its own; a
+    device's agent keeps its state itself)."""
     client_app = ClientApp(mods=[packed_content, timing_stamps])
     client_app.train()(lambda msg, context: train(msg, context, live))
     client_app.query(IDENTIFY_ACTION)(identify)
+    if shared_files:
+        client_app.query(SAVE_STATE_ACTION)(save_state)
+        client_app.query(RESTORE_STATE_ACTION)(restore_state)
     for collective in COLLECTIVES.values():
         for phase, (name, handler) in enumerate(collective.client_actions.items(), start=1):
             client_app.train(name)(_action(handler, phase))

@@ -31,7 +31,8 @@ from server.build import (
     server_optimizer,
     train_config_record,
 )
-from server.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from server.checkpoint import Checkpoint, checkpoint_path, read_checkpoint, write_checkpoint
+from server.client_states import keep_only, restore_client_states, save_client_states
 from server.evaluation import BatchNormDiagnosis, evaluate
 from server.packed_grid import PackedGrid
 from server.records import RunRecorder, default_results_dir, progress_line
@@ -154,6 +155,9 @@ def main(grid: Grid, context: Context) -> None:
     # Polls from 2 ms, doubling up to 0.1 s (Flower's: 3 s), or 5 ms in simulation, where a
     # poll is a lookup in this process; and times every exchange.
     poll_s = SIMULATION_POLL_S if isinstance(grid, InMemoryGrid) else DEFAULT_POLL_S
+    # Clients that share the server's file system (Flower's simulation, the in-process
+    # federation of tests) keep their state across a checkpoint (server/client_states.py).
+    shares_files = isinstance(grid, InMemoryGrid) or bool(getattr(grid, "shares_files", False))
     if settings.packed_messages and not isinstance(grid, InMemoryGrid):
         grid = PackedGrid(grid)  # a simulation's messages never leave its process
     wake_ups = None
@@ -198,13 +202,14 @@ def main(grid: Grid, context: Context) -> None:
     statistics = STATISTICS[settings.batch_norm_statistics](model, validation)
     strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
     first_round = 1
+    resumed: tuple[Path, int] | None = None
     if settings.resume_from:
         checkpoint = read_checkpoint(
             Path(settings.resume_from), settings.to_run_config(), fresh=strategy
         )
         checkpoint.strategy.take_resumable(fresh=strategy)
         strategy = checkpoint.strategy
-        strategy.forget_clients()  # their context.state did not survive (server/checkpoint.py)
+        resumed = checkpoint_path(Path(settings.resume_from)).parent, checkpoint.server_round
         initial = layout.unflatten(checkpoint.model)
         recorder.resume(checkpoint.rows, checkpoint.initial_accuracy, checkpoint.initial_loss)
         first_round = checkpoint.server_round + 1
@@ -219,6 +224,10 @@ def main(grid: Grid, context: Context) -> None:
         every = settings.checkpoint_every
         if every and (last or server_round % every == 0):
             initial_accuracy, initial_loss = recorder.initial
+            if shares_files:
+                save_client_states(
+                    grid, results_dir, server_round, settings.num_clients, settings.round_timeout_s
+                )
             write_checkpoint(
                 results_dir,
                 Checkpoint(
@@ -231,6 +240,8 @@ def main(grid: Grid, context: Context) -> None:
                     initial_loss=initial_loss,
                 ),
             )
+            if shares_files:
+                keep_only(results_dir, server_round)  # the clients of this checkpoint only
 
     diagnose = (
         BatchNormDiagnosis(model, validation, test) if settings.batch_norm_diagnosis else None
@@ -256,6 +267,13 @@ def main(grid: Grid, context: Context) -> None:
 
     try:
         wait_for_nodes(grid, settings.num_clients, settings.round_timeout_s)
+        if resumed is not None:
+            taken_over: set[int] = set()
+            if shares_files:
+                taken_over = restore_client_states(
+                    grid, strategy, *resumed, settings.num_clients, settings.round_timeout_s
+                )
+            strategy.forget_clients(but=taken_over)  # the others start afresh
         strategy.start(
             grid=grid,
             initial_arrays=initial,

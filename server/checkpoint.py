@@ -15,12 +15,11 @@ chooses code. Settings a resumed run may change (RESUMABLE_KEYS) are taken from 
 build. It is written to a temporary file and renamed, so a crash mid-write leaves the previous
 checkpoint whole.
 
-What a checkpoint cannot hold: the clients' ``context.state`` (error-feedback residuals,
-replicas, stream buffers). In simulation it is lost with the simulation, so a resumed server
-forgets which replica each node holds and sends every node the full model in its first round;
-residuals start again at zero. A deployment's agents keep their state across a server restart,
-but the server still sends full models once: it cannot tell a restarted device from one that
-kept its replica.
+The clients' ``context.state`` (error-feedback residuals, replicas, stream buffers) is not in
+this file: in simulation each client writes its own beside it and a resumed run reads it back
+(``server/client_states.py``), so the resumed rounds are the rounds the run would have had. A
+deployment's agents keep their own state; a resumed server sends them the full model once (it
+cannot pair a device's state with the checkpoint's round).
 """
 
 from __future__ import annotations

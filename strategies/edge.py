@@ -13,7 +13,7 @@ client-side evaluation), which can also stop once the virtual clock passes a bud
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from logging import INFO
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -177,10 +177,19 @@ class EdgeStrategy(FedAvg):
         the round timeout and the bounds derived from it."""
         self.round_timeout_s, self.bounds = fresh.round_timeout_s, fresh.bounds
 
-    def forget_clients(self) -> None:
-        """After a restart of the federation: no node is known to hold a replica (each is
-        sent the full model next)."""
-        self.replicas.forget_holders()
+    def take_over(self, node: int, partition: int, kept: bool, connected: set[int]) -> None:
+        """After a restart: ``node`` holds ``partition`` now, with the state its old node had
+        at the checkpoint when ``kept`` (its replica too), else afresh. ValueError when the
+        partition is another connected node's."""
+        self.identities.check(node, partition, connected)
+        old = self.identities.owner_of.get(partition)
+        self.identities.bind(node, partition)
+        self.replicas.take_over(old, node if kept else None)
+
+    def forget_clients(self, but: Collection[int] = ()) -> None:
+        """After a restart of the federation: no node but those in ``but`` (which took their
+        old state over) is known to hold a replica (each is sent the full model next)."""
+        self.replicas.forget_holders(but)
 
     # --- choose and plan ---------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ the ``full`` model. Versions count aggregated rounds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -86,9 +86,15 @@ class Replicas:
         """Nodes per payload kind, for the record."""
         return dict(sorted(Counter(p.kind for p in payloads.values()).items()))
 
-    def forget_holders(self) -> None:
-        """No node's replica is known any more (the clients' state was lost)."""
-        self._holds.clear()
+    def take_over(self, old: int | None, new: int | None) -> None:
+        """Node ``new`` holds what node ``old`` held (a restored state); None: nobody."""
+        held = None if old is None else self._holds.pop(old, None)
+        if new is not None and held is not None:
+            self._holds[new] = held
+
+    def forget_holders(self, but: Collection[int] = ()) -> None:
+        """No node's replica but those of ``but`` is known any more (their state was lost)."""
+        self._holds = {node: held for node, held in self._holds.items() if node in but}
 
     def advance(
         self,

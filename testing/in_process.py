@@ -23,6 +23,8 @@ def _wire_copy(content: RecordDict) -> RecordDict:
 class InProcessGrid:
     """Nodes ``first_node_id + partition id``, each with its own persistent ``Context``."""
 
+    shares_files = True  # the clients write their state where the server reads it (resume)
+
     def __init__(self, settings: Settings, first_node_id: int = 100) -> None:
         self.settings = settings
         run_config = settings.to_run_config()

@@ -90,6 +90,14 @@ MEASURED_METRICS = (RECEIVED_AT, SENT_AT, TRAIN_S)
 TRAIN = "train"  # Flower's MessageType.TRAIN
 IDENTIFY_ACTION = "identify"  # clients-per-round: a node's partition id, asked before sampling
 IDENTIFY = f"query.{IDENTIFY_ACTION}"
+# Checkpoints in simulation (clients and server share a file system): each client writes its
+# context.state at a checkpoint round and reads it back when the run resumes
+SAVE_STATE_ACTION = "save_state"  # an action name: a Python identifier (Flower)
+SAVE_STATE = f"query.{SAVE_STATE_ACTION}"
+RESTORE_STATE_ACTION = "restore_state"
+RESTORE_STATE = f"query.{RESTORE_STATE_ACTION}"
+STATE_DIR = "state-dir"  # where the round's client states are
+RESTORED = "restored"  # a restore reply: 1 when the client took its saved state
 
 # --- node config keys (flower-supernode --node-config) ---------------------------------------
 NODE_PARTITION_ID = "partition-id"

@@ -62,12 +62,14 @@ from wire.keys import (
     PATCH_KEY,
     PAYLOAD,
     PAYLOADS,
+    RESTORED,
     ROUND_START_S,
     SAMPLES_X,
     SAMPLES_Y,
     SEED,
     SERVER_ROUND,
     SPARSE_KEY,
+    STATE_DIR,
     STREAM_METRICS,
     STREAM_RATE,
     STREAM_SAMPLES,
@@ -685,3 +687,39 @@ def parse_identity(content: RecordDict, num_clients: int) -> int:
     if not 0 <= partition_id < num_clients:
         raise ValueError(f"{PARTITION_ID} {partition_id} is not in 0..{num_clients - 1}")
     return partition_id
+
+
+@dataclass(frozen=True)
+class StateRequest:
+    """A save-state or restore-state query: the checkpoint's round and its clients' directory."""
+
+    server_round: int
+    directory: str
+
+    def to_content(self) -> RecordDict:
+        config = ConfigRecord({SERVER_ROUND: self.server_round, STATE_DIR: self.directory})
+        return RecordDict({CONFIG_KEY: config})
+
+    @classmethod
+    def parse(cls, content: RecordDict) -> StateRequest:
+        config = _config(content)
+        directory = config.get(STATE_DIR)
+        if not isinstance(directory, str) or not directory:
+            raise ValueError(f"{STATE_DIR} {directory!r} is not a directory")
+        return cls(_integer(config, SERVER_ROUND), directory)
+
+
+def state_reply(partition_id: int, restored: bool) -> RecordDict:
+    """A node's answer to a state query: its partition id, and (restore) whether it took its
+    saved state."""
+    metrics = MetricRecord({PARTITION_ID: partition_id, RESTORED: int(restored)})
+    return RecordDict({METRICS_KEY: metrics})
+
+
+def parse_state_reply(content: RecordDict, num_clients: int) -> tuple[int, bool]:
+    """(partition id, restored) of a state reply; ValueError naming what is wrong."""
+    partition_id = parse_identity(content, num_clients)
+    restored = content.metric_records[METRICS_KEY].get(RESTORED)
+    if restored not in (0, 1) or isinstance(restored, bool):
+        raise ValueError(f"{RESTORED} {restored!r} is not 0 or 1")
+    return partition_id, bool(restored)

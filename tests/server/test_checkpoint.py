@@ -1,9 +1,11 @@
 """Checkpoint and resume, in process: a run that crashed after its last checkpoint, resumed
-with fresh clients (as a restarted simulation has), against the same run uninterrupted."""
+by new nodes that take their partitions' saved state back (as a restarted simulation does),
+against the same run uninterrupted."""
 
 import io
 import json
 import pickle
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from server.checkpoint import (
     differing_keys,
     read_checkpoint,
 )
+from server.client_states import CLIENT_STATE_DIR
 from server.records import read_rounds, without_wall_clock
 from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import CONFIG_KEY, SERVER_ROUND
@@ -78,27 +81,50 @@ def _crash_then_resume(text: str, tmp_path: Path, crash_round: int) -> Path:
     return stopped
 
 
-def test_a_resumed_dense_run_records_what_the_uninterrupted_run_does(tmp_path: Path) -> None:
-    run_server_app(InProcessGrid(_settings(DENSE, tmp_path / "whole")))
-    # The crash comes in round 4: rounds 3 (after the checkpoint of round 2) is run again.
-    resumed = _crash_then_resume(DENSE, tmp_path, crash_round=4)
+# Every strategy: a resumed run records what the uninterrupted run does (wall clock aside).
+RESUMED = {
+    "dense": DENSE,
+    "allgather": f"{DENSE} strategy=topk collective=allgather compression-ratio=0.05",
+    "allreduce-star": f"{DENSE} strategy=topk collective=allreduce leader=star",
+    "nsga2-auto": TOPK,
+    "scadles": f"configs/scadles.toml {DENSE}",
+}
+
+
+@pytest.mark.parametrize("name", list(RESUMED))
+def test_a_resumed_run_records_what_the_uninterrupted_run_does(name: str, tmp_path: Path) -> None:
+    text = RESUMED[name]
+    run_server_app(InProcessGrid(_settings(text, tmp_path / "whole")))
+    # The crash comes in round 4: round 3 (after the checkpoint of round 2) is run again, by
+    # new nodes that take their partitions' saved state back.
+    resumed = _crash_then_resume(text, tmp_path, crash_round=4)
     assert _rows(resumed) == _rows(tmp_path / "whole")
     assert [r["round"] for r in read_rounds(resumed)] == [1, 2, 3, 4, 5]
+    # Only the last checkpoint's client states are kept.
+    assert sorted(p.name for p in (resumed / CLIENT_STATE_DIR).iterdir()) == ["round-5"]
 
 
-def test_a_resumed_compressed_run_sends_full_models_once_then_goes_on(tmp_path: Path) -> None:
+def test_without_saved_client_states_a_resumed_run_sends_full_models_once(
+    tmp_path: Path,
+) -> None:
     run_server_app(InProcessGrid(_settings(TOPK, tmp_path / "whole")))
     whole = _rows(tmp_path / "whole")
-    resumed = _rows(_crash_then_resume(TOPK, tmp_path, crash_round=4))
+    stopped = tmp_path / "stopped"
+    grid = CrashingGrid(_settings(f"{TOPK} checkpoint-every=2", stopped), 4)
+    with pytest.raises(Crash):
+        run_server_app(grid)
+    shutil.rmtree(stopped / CLIENT_STATE_DIR)  # as a federation without shared files has
+    resumed_grid = InProcessGrid(_settings(f"{TOPK} resume-from={stopped}", stopped), 500)
+    run_server_app(resumed_grid)
+    resumed = _rows(stopped)
     assert resumed[:2] == whole[:2]  # the checkpoint's records, as written
-    # Round 3 again: the server no longer knows what the new clients hold.
+    # Round 3 again: the new clients hold nothing, so each gets the full model.
     assert resumed[2]["model_payloads"] == {"full": 3}
     assert whole[2]["model_payloads"] != {"full": 3}
     assert resumed[2]["bytes_down"] > whole[2]["bytes_down"]
     # The NSGA-II schedule and the clock went on from the checkpoint.
     assert resumed[2]["compression_ratio"] == whole[2]["compression_ratio"]
     assert resumed[2]["virtual_time_s"] > resumed[1]["virtual_time_s"]
-    assert len(resumed) == 5
 
 
 def test_a_checkpoint_of_another_configuration_is_refused_with_the_keys(tmp_path: Path) -> None:

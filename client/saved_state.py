@@ -1,0 +1,65 @@
+"""A client's state across a checkpoint, in simulation: at a checkpoint round the server asks
+every node to write its ``context.state`` (error-feedback residual, replica, stream buffer and
+clock, adaptive share, ...) to a file per partition, and a resumed run asks each new node to
+read its partition's back, so the resumed rounds are the rounds the run would have had.
+
+Only where clients and server share a file system (Flower's simulation, the in-process
+federation); a device keeps its own state in its agent's ``--state-dir``. The files are
+Flower's protobuf of a RecordDict: data, never code. The node's cached partition data
+(``LOCAL_DATA_KEY``) is made again, not saved.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flwr.app import Context, Message
+
+from client.node import LOCAL_DATA_KEY, node_identity
+from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
+from common.settings import Settings
+from wire.messages import StateRequest, state_reply
+
+
+def state_file(directory: Path, partition_id: int) -> Path:
+    return directory / f"partition-{partition_id}.state"
+
+
+def _directory(request: StateRequest, *allowed: str) -> Path:
+    """The request's directory, which must lie in one of the ``allowed`` directories (the
+    run's results-dir; to read back, also the checkpoint's): a server names where its own
+    run's client states are, nothing else."""
+    directory = Path(request.directory).resolve()
+    roots = [Path(a).resolve() for a in allowed if a]
+    roots = [r.parent if r.is_file() else r for r in roots]  # resume-from may name the file
+    if not any(directory.is_relative_to(root) for root in roots):
+        raise ValueError(f"{directory} is not in {' or '.join(map(str, roots))}")
+    return directory
+
+
+def save_state(msg: Message, context: Context) -> Message:
+    """Write this node's state for the checkpoint the request names."""
+    settings = Settings.from_run_config(context.run_config, tables=False)
+    partition_id = node_identity(context, settings)
+    directory = _directory(StateRequest.parse(msg.content), settings.results_dir)
+    kept = {k: v for k, v in context.state.items() if k != LOCAL_DATA_KEY}
+    directory.mkdir(parents=True, exist_ok=True)
+    write_whole(state_file(directory, partition_id), state_to_bytes(type(context.state)(kept)))
+    return Message(content=state_reply(partition_id, restored=False), reply_to=msg)
+
+
+def restore_state(msg: Message, context: Context) -> Message:
+    """Replace this node's state with its partition's saved one, when there is one."""
+    settings = Settings.from_run_config(context.run_config, tables=False)
+    partition_id = node_identity(context, settings)
+    request = StateRequest.parse(msg.content)
+    directory = _directory(request, settings.results_dir, settings.resume_from)
+    path = state_file(directory, partition_id)
+    restored = path.is_file()
+    if restored:
+        saved = state_from_bytes(path.read_bytes())
+        for key in list(context.state):
+            del context.state[key]
+        for key, record in saved.items():
+            context.state[key] = record
+    return Message(content=state_reply(partition_id, restored), reply_to=msg)

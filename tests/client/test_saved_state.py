@@ -1,0 +1,68 @@
+"""A client's state across a checkpoint: written where the server asks, inside its run's
+results directory only, and read back whole."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+from client.node import LOCAL_DATA_KEY
+from client.saved_state import restore_state, save_state, state_file
+from common.settings import settings_with
+from wire.keys import RESTORE_STATE, SAVE_STATE
+from wire.messages import StateRequest, parse_state_reply
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+
+def _context(results: Path, **overrides: object) -> Context:
+    settings = settings_with(num_clients=3, results_dir=str(results), **overrides)
+    return Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 2, "num-partitions": 3},
+        state=RecordDict(),
+        run_config=settings.to_run_config(),
+    )
+
+
+def _ask(kind: str, directory: Path) -> Message:
+    return Message(
+        content=StateRequest(2, str(directory)).to_content(), message_type=kind, dst_node_id=7
+    )
+
+
+def test_a_saved_state_comes_back_whole_and_replaces_what_was_there(tmp_path: Path) -> None:
+    before = _context(tmp_path)
+    before.state["ef-residual"] = ArrayRecord({"v": Array(np.arange(4, dtype=np.float32))})
+    before.state["stream"] = ConfigRecord({"clock-s": 1.5})
+    before.state[LOCAL_DATA_KEY] = ArrayRecord({"x": Array(np.zeros(3, dtype=np.float32))})
+    directory = tmp_path / "client-state" / "round-2"
+    reply = save_state(_ask(SAVE_STATE, directory), before)
+    assert parse_state_reply(reply.content, 3) == (2, False)
+    assert state_file(directory, 2).is_file()
+
+    after = _context(tmp_path / "elsewhere", resume_from=str(tmp_path))
+    after.state["left-over"] = ConfigRecord({"x": 1})
+    reply = restore_state(_ask(RESTORE_STATE, directory), after)
+    assert parse_state_reply(reply.content, 3) == (2, True)
+    assert set(after.state) == {"ef-residual", "stream"}  # the cached data is made again
+    np.testing.assert_array_equal(after.state["ef-residual"]["v"].numpy(), np.arange(4))
+
+
+def test_no_saved_state_is_said_and_nothing_changes(tmp_path: Path) -> None:
+    context = _context(tmp_path)
+    context.state["stream"] = ConfigRecord({"clock-s": 1.5})
+    reply = restore_state(_ask(RESTORE_STATE, tmp_path / "client-state" / "round-9"), context)
+    assert parse_state_reply(reply.content, 3) == (2, False)
+    assert set(context.state) == {"stream"}
+
+
+def test_a_directory_outside_the_run_is_refused(tmp_path: Path) -> None:
+    context = _context(tmp_path / "run")
+    with pytest.raises(ValueError, match="is not in"):
+        save_state(_ask(SAVE_STATE, tmp_path / "elsewhere"), context)
+    with pytest.raises(ValueError, match="is not in"):
+        restore_state(_ask(RESTORE_STATE, Path("/etc")), context)
+    assert not (tmp_path / "elsewhere").exists()
