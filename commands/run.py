@@ -144,12 +144,17 @@ def write_connection(flwr_home: Path, port: int, ca_file: Path | None = None) ->
     )
 
 
+RAY_ADDRESS = "RAY_ADDRESS"  # Ray's own variable: an existing cluster to run the clients on
+
+
 def federation_config(settings: Settings) -> str:
-    # Two Ray actors on two cores; Ray's own logs stay out of the run's output.
-    return (
-        f"num-supernodes={settings.num_clients} client-resources-num-cpus=1 "
-        "init-args-num-cpus=2 init-args-log-to-driver=false"
-    )
+    """One CPU per client actor, Ray's own logs out of the run's output; on this machine's
+    two cores two actors, or on the existing Ray cluster ``RAY_ADDRESS`` names (it decides
+    its CPUs: Ray refuses num-cpus when it joins a cluster) as many as its CPUs hold."""
+    config = f"num-supernodes={settings.num_clients} client-resources-num-cpus=1 "
+    if not os.environ.get(RAY_ADDRESS):
+        config += "init-args-num-cpus=2 "
+    return config + "init-args-log-to-driver=false"
 
 
 def run(
