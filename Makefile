@@ -52,11 +52,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Everything but the tests that start processes (SuperLink, SuperNodes, agents, mosquitto,
-# nginx): a couple of minutes on 2 cores.
+# Everything but the slow tests (those that start processes: SuperLink, SuperNodes, agents,
+# mosquitto, nginx, Ray; or take over 5 s), on both cores: under two minutes on 2 cores.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
 # The golden records again under CPU kernel paths forced on this machine: a record that holds on
 # one CPU only fails here (tests/records_match.py says what may differ between CPUs).

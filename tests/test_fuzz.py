@@ -8,6 +8,9 @@ from tests.fuzz import PHASES, fuzz
 KNOWN = "it leads no more"  # a VAR leader's inflated claim: caught, but it chose that round's I
 
 
+pytestmark = pytest.mark.slow  # thousands of hostile replies: 10-20 s each
+
+
 @pytest.mark.usefixtures("task_identity")
 def test_fuzzed_replies_never_crash_and_are_refused_or_harmless() -> None:
     counts, wrong = fuzz(cases=6 * len(PHASES), seed=1)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.usefixtures("task_identity")
 DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)
 
 
+@pytest.mark.slow  # a 60-round federation
 def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     settings = federation_settings(
         strategy="topk",
@@ -68,6 +69,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     assert agree >= 0.9 * (rounds - 2)
 
 
+@pytest.mark.slow  # NSGA-II solves over a federation
 def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> None:
     settings = federation_settings(
         strategy="topk",
