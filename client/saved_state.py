@@ -11,6 +11,7 @@ Flower's protobuf of a RecordDict: data, never code. The node's cached partition
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from flwr.app import Context, Message
@@ -18,7 +19,11 @@ from flwr.app import Context, Message
 from client.node import LOCAL_DATA_KEY, node_identity
 from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
 from common.settings import Settings
+from wire.keys import CLIENT_STATE_DIR
 from wire.messages import StateRequest, state_reply
+
+ROUND_DIR = re.compile(r"round-\d+")
+MAX_STATE_BYTES = 1 << 33  # 8 GiB: far more than any state of ours; a file larger is not one
 
 
 def state_file(directory: Path, partition_id: int) -> Path:
@@ -26,13 +31,16 @@ def state_file(directory: Path, partition_id: int) -> Path:
 
 
 def _directory(request: StateRequest, *allowed: str) -> Path:
-    """The request's directory, which must lie in one of the ``allowed`` directories (the
-    run's results-dir; to read back, also the checkpoint's): a server names where its own
-    run's client states are, nothing else."""
+    """The request's directory: a server names where its own run's client states are, nothing
+    else. It must be a ``client-state/round-R`` directory, and lie in one of the ``allowed``
+    directories (the run's results-dir; to read back, also the checkpoint's) when the run
+    names one (with the default, the server's timestamped directory is not known here)."""
     directory = Path(request.directory).resolve()
+    if directory.parent.name != CLIENT_STATE_DIR or not ROUND_DIR.fullmatch(directory.name):
+        raise ValueError(f"{directory} is not a {CLIENT_STATE_DIR}/round-R directory")
     roots = [Path(a).resolve() for a in allowed if a]
     roots = [r.parent if r.is_file() else r for r in roots]  # resume-from may name the file
-    if not any(directory.is_relative_to(root) for root in roots):
+    if roots and not any(directory.is_relative_to(root) for root in roots):
         raise ValueError(f"{directory} is not in {' or '.join(map(str, roots))}")
     return directory
 
@@ -57,9 +65,12 @@ def restore_state(msg: Message, context: Context) -> Message:
     path = state_file(directory, partition_id)
     restored = path.is_file()
     if restored:
+        if path.stat().st_size > MAX_STATE_BYTES:
+            raise ValueError(f"{path} holds {path.stat().st_size} bytes: not a state")
         saved = state_from_bytes(path.read_bytes())
         for key in list(context.state):
             del context.state[key]
         for key, record in saved.items():
-            context.state[key] = record
+            if key != LOCAL_DATA_KEY:  # made from the partition, never taken from a file
+                context.state[key] = record
     return Message(content=state_reply(partition_id, restored), reply_to=msg)

@@ -30,7 +30,9 @@ def write_whole(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` (mode 0600) so that a kill or a power cut at any point
     leaves either the old file or the new one: a synced temporary file, renamed."""
     partial = path.with_name(path.name + ".partial")
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+    partial.unlink(missing_ok=True)  # created anew, never through a link left in its place
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(partial, flags, 0o600), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -68,7 +68,8 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> Settings:
-    """Defaults + overrides, validated; ``results-dir`` made absolute (default is timestamped)."""
+    """Defaults + overrides, validated; ``results-dir`` (default timestamped) and ``resume-from``
+    made absolute: the clients of a resumed simulation read their state from there."""
     config = default_run_config()
     config.update(overrides)
     settings = Settings.from_run_config(config)
@@ -80,6 +81,8 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     if not results.is_absolute():
         results = PROJECT_ROOT / results
     config["results-dir"] = str(results)
+    if settings.resume_from and not Path(settings.resume_from).is_absolute():
+        config["resume-from"] = str(PROJECT_ROOT / settings.resume_from)
     config["dataset"] = local_files.absolute(settings.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
     if is_made_here(settings.dataset):  # a local file is read now: errors before anything

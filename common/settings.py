@@ -507,7 +507,7 @@ class Settings:
             raise ConfigError(
                 f"robust = {self.robust!r} combines updates coordinate by coordinate, which "
                 "needs them at the same coordinates: strategy = 'dense' or collective = "
-                f"{' or '.join(repr(n) for n in sorted(aligned))} "
+                f"{' or '.join(repr(n) for n in sorted(aligned & set(table_names('collective'))))} "
                 f"(got collective = {self.collective!r}, whose index sets differ per client)"
             )
 

@@ -14,7 +14,7 @@ Neither query is part of a round: nothing of them is charged or recorded.
 from __future__ import annotations
 
 import shutil
-from logging import WARNING
+from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.app import Message
@@ -22,10 +22,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from strategies.edge import EdgeStrategy
-from wire.keys import RESTORE_STATE, SAVE_STATE
+from wire.keys import CLIENT_STATE_DIR, RESTORE_STATE, SAVE_STATE
 from wire.messages import StateRequest, parse_state_reply
-
-CLIENT_STATE_DIR = "client-state"
 
 
 def round_directory(results_dir: Path, server_round: int) -> Path:
@@ -34,8 +32,8 @@ def round_directory(results_dir: Path, server_round: int) -> Path:
 
 def _ask(grid: Grid, kind: str, request: StateRequest, timeout_s: float) -> list[Message]:
     content = request.to_content()
-    messages = [
-        Message(content=content, message_type=kind, dst_node_id=node)
+    messages = [  # a query that outlives the exchange is dropped, never answered late
+        Message(content=content, message_type=kind, dst_node_id=node, ttl=timeout_s)
         for node in sorted(grid.get_node_ids())
     ]
     return list(grid.send_and_receive(messages, timeout=timeout_s))
@@ -45,7 +43,9 @@ def save_client_states(
     grid: Grid, results_dir: Path, server_round: int, num_clients: int, timeout_s: float
 ) -> int:
     """Ask every node to write its state for round ``server_round``; how many did."""
-    request = StateRequest(server_round, str(round_directory(results_dir, server_round)))
+    directory = round_directory(results_dir, server_round)
+    shutil.rmtree(directory, ignore_errors=True)  # no file of an earlier attempt stays
+    request = StateRequest(server_round, str(directory))
     saved = 0
     for reply in _ask(grid, SAVE_STATE, request, timeout_s):
         try:
@@ -56,6 +56,7 @@ def save_client_states(
         except ValueError as exc:
             node = reply.metadata.src_node_id
             log(WARNING, "edgeflex: node %d did not save its state: %s", node, exc)
+    log(INFO, "edgeflex: round %d: %d clients saved their state", server_round, saved)
     return saved
 
 
@@ -92,4 +93,5 @@ def restore_client_states(
             continue
         if kept:
             restored.add(node)
+    log(INFO, "edgeflex: %d clients took their state of round %d back", len(restored), server_round)
     return restored

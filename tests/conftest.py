@@ -12,6 +12,13 @@ if TYPE_CHECKING:  # commands.broker imports the launchers' modules: only the MQ
     from wire.stream_samples import BrokerAddress
 
 
+@pytest.fixture(autouse=True)
+def no_ray_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulations start their own Ray: a developer's RAY_ADDRESS is not the tests' (the Ray
+    cluster test sets its own)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
 @pytest.fixture
 def task_identity() -> Iterator[None]:
     """Message() reads the run, node and task identity, which only a running federation sets."""

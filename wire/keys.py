@@ -97,6 +97,7 @@ SAVE_STATE = f"query.{SAVE_STATE_ACTION}"
 RESTORE_STATE_ACTION = "restore_state"
 RESTORE_STATE = f"query.{RESTORE_STATE_ACTION}"
 STATE_DIR = "state-dir"  # where the round's client states are
+CLIENT_STATE_DIR = "client-state"  # in the results directory: round-R/partition-P.state
 RESTORED = "restored"  # a restore reply: 1 when the client took its saved state
 
 # --- node config keys (flower-supernode --node-config) ---------------------------------------

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def _context(results: Path, **overrides: object) -> Context:
-    settings = settings_with(num_clients=3, results_dir=str(results), **overrides)
+    settings = settings_with(num_clients=3, **({"results_dir": str(results)} | overrides))
     return Context(
         run_id=1,
         node_id=7,
@@ -59,10 +59,16 @@ def test_no_saved_state_is_said_and_nothing_changes(tmp_path: Path) -> None:
     assert set(context.state) == {"stream"}
 
 
-def test_a_directory_outside_the_run_is_refused(tmp_path: Path) -> None:
+def test_a_directory_outside_the_run_or_not_a_round_of_states_is_refused(tmp_path: Path) -> None:
     context = _context(tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere" / "client-state" / "round-2"
     with pytest.raises(ValueError, match="is not in"):
-        save_state(_ask(SAVE_STATE, tmp_path / "elsewhere"), context)
-    with pytest.raises(ValueError, match="is not in"):
+        save_state(_ask(SAVE_STATE, elsewhere), context)
+    with pytest.raises(ValueError, match="is not a client-state/round-R directory"):
         restore_state(_ask(RESTORE_STATE, Path("/etc")), context)
-    assert not (tmp_path / "elsewhere").exists()
+    assert not elsewhere.exists()
+    # With the default results-dir (the server's timestamped one is not known here) only the
+    # shape of the path is checked.
+    default = _context(tmp_path / "unused", results_dir="")
+    save_state(_ask(SAVE_STATE, elsewhere), default)
+    assert state_file(elsewhere, 2).is_file()

@@ -4,6 +4,7 @@ short run whose client actors (one CPU each) must use both nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from commands.processes import stop_tree
 from commands.run import RAY_ADDRESS, free_port, run
 from commands.run_config import parse_overrides
 
@@ -35,7 +37,15 @@ print(json.dumps({{"nodes": sorted(nodes), "actors": actors}}))
 def _ray_node(*args: str, temp_dir: Path) -> subprocess.Popen[bytes]:
     """A Ray node in the foreground (``--block``), in a process group of its own."""
     return subprocess.Popen(
-        [RAY, "start", "--block", "--num-cpus=1", "--disable-usage-stats", *args],
+        [
+            RAY,
+            "start",
+            "--block",
+            "--num-cpus=1",
+            "--object-store-memory=200000000",  # not Ray's 30 % of the machine per node
+            "--disable-usage-stats",
+            *args,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -44,13 +54,11 @@ def _ray_node(*args: str, temp_dir: Path) -> subprocess.Popen[bytes]:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """The node and every process it started (Ray's daemons start groups of their own)."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_tree(proc)
+    with contextlib.suppress(ProcessLookupError):  # what its group left, the node gone
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _probe(address: str) -> dict[str, object]:
@@ -110,7 +118,9 @@ def test_a_simulation_runs_its_clients_on_every_node_of_an_existing_ray_cluster(
     ray_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(RAY_ADDRESS, ray_cluster)
-    overrides = parse_overrides(f"num-clients=4 num-server-rounds=3 results-dir={tmp_path / 'run'}")
+    overrides = parse_overrides(
+        f"num-clients=4 num-server-rounds=3 round-timeout-s=60 results-dir={tmp_path / 'run'}"
+    )
     with (tmp_path / "out.log").open("w") as out:
         code, results = run(overrides, stream_to=out)
     assert code == 0, (tmp_path / "out.log").read_text()[-3000:]

@@ -107,7 +107,7 @@ def test_own_model_is_a_reference_the_settings_accept() -> None:
 
 
 def test_a_coordinatewise_defence_needs_a_collective_whose_values_are_aligned() -> None:
-    with pytest.raises(ConfigError, match="'allreduce' or 'dense' or 'powersgd'"):
+    with pytest.raises(ConfigError, match="'allreduce' or 'powersgd'"):
         settings_with(strategy="topk", collective="allgather", robust="median")
     assert (
         settings_with(strategy="topk", collective="allreduce", robust="median").robust == "median"

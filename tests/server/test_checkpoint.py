@@ -25,10 +25,9 @@ from server.checkpoint import (
     differing_keys,
     read_checkpoint,
 )
-from server.client_states import CLIENT_STATE_DIR
 from server.records import read_rounds, without_wall_clock
 from testing.in_process import InProcessGrid, run_server_app
-from wire.keys import CONFIG_KEY, SERVER_ROUND
+from wire.keys import CLIENT_STATE_DIR, CONFIG_KEY, SERVER_ROUND
 from wire.packing import unpack
 
 pytestmark = pytest.mark.usefixtures("task_identity")
