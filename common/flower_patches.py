@@ -268,11 +268,16 @@ def shorten_pickup(pickup_s: float = PICKUP_S) -> bool:
     def add_messages_to_queue(
         state: Any, queue: Any, nodes_mapping: Any, f_stop: threading.Event
     ) -> None:
+        one_pass = reads_in_one_pass(state)
         while not f_stop.is_set():
             began = time.monotonic()
-            for node_id in nodes_mapping:
-                for msg in state.get_message_ins(node_id=node_id, limit=1):
+            if one_pass:
+                for msg in first_undelivered(state, nodes_mapping):
                     queue.put(msg)
+            else:
+                for node_id in nodes_mapping:
+                    for msg in state.get_message_ins(node_id=node_id, limit=1):
+                        queue.put(msg)
             f_stop.wait(max(pickup_s, 2 * (time.monotonic() - began)))
 
     add_messages_to_queue.edgeflex_pickup_s = pickup_s  # type: ignore[attr-defined]
@@ -283,6 +288,49 @@ def shorten_pickup(pickup_s: float = PICKUP_S) -> bool:
         return False
     log(INFO, "edgeflex: simulation pickup every %.3f s (Flower's: 0.1 s)", pickup_s)
     return True
+
+
+# What ``first_undelivered`` does in one pass, flwr 1.42's InMemoryLinkState.get_message_ins
+# does per node: every stored message is checked (expired ones dropped), and a node's first
+# undelivered one is marked delivered and handed out.
+GET_MESSAGE_INS_SOURCE = (
+    "for msg_id in list(self.message_ins_store.keys()):",
+    "self._check_stored_messages({msg_id})",
+    "msg_ins.metadata.dst_node_id == node_id",
+    'msg_ins.metadata.delivered_at == ""',
+    "msg_ins.metadata.delivered_at = delivered_at",
+)
+
+
+def reads_in_one_pass(state: Any) -> bool:
+    """Whether ``state`` is the in-memory link state whose lookup ``first_undelivered`` does
+    for every node at once (else the engine asks node by node, as Flower does)."""
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+
+    if type(state) is not InMemoryLinkState:
+        return False
+    source = inspect.getsource(InMemoryLinkState.get_message_ins)
+    return all(snippet in source for snippet in GET_MESSAGE_INS_SOURCE)
+
+
+def first_undelivered(state: Any, nodes: Any) -> list[Any]:
+    """Each node's first undelivered message, marked delivered: what
+    ``state.get_message_ins(node, limit=1)`` gives node by node, in one pass over the stored
+    messages. Flower's asks once per node and each ask reads every stored message, so a round
+    with a message for each of 10,000 nodes cost 10^8 reads per pickup."""
+    from flwr.supercore.date import now
+
+    picked: dict[int, Any] = {}
+    with state.lock:
+        state._check_stored_messages(set(state.message_ins_store))  # drops expired ones
+        for msg in state.message_ins_store.values():
+            node = msg.metadata.dst_node_id
+            if msg.metadata.delivered_at == "" and node in nodes and node not in picked:
+                picked[node] = msg
+        delivered_at = now().isoformat()
+        for msg in picked.values():
+            msg.metadata.delivered_at = delivered_at
+    return list(picked.values())
 
 
 def tune_simulation_process() -> None:

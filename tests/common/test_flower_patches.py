@@ -5,6 +5,7 @@ Flower's function is the one read, with the same lookups and a shorter wait."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import threading
 import time
@@ -295,3 +296,45 @@ def test_set_task_identity_refuses_another_flower(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(flower_patches.flwr, "__version__", "1.43.0")
     with pytest.raises(ValueError, match="set_task_identity flwr 1.42.x only"):
         flower_patches.set_task_identity()
+
+
+class _Metadata:
+    def __init__(self, node: int) -> None:
+        self.dst_node_id, self.delivered_at = node, ""
+
+
+class _Stored:
+    def __init__(self, node: int) -> None:
+        self.metadata = _Metadata(node)
+
+
+class _LinkState:
+    """The parts of flwr 1.42's InMemoryLinkState that ``first_undelivered`` reads."""
+
+    def __init__(self, nodes: list[int], expired: set[str]) -> None:
+        self.lock = threading.RLock()
+        self.message_ins_store = {f"m{i}": _Stored(n) for i, n in enumerate(nodes)}
+        self.expired = expired
+
+    def _check_stored_messages(self, ids: set[str]) -> None:
+        for msg_id in ids & self.expired:
+            self.message_ins_store.pop(msg_id, None)
+
+
+def test_one_pass_gives_each_node_its_first_undelivered_message_and_marks_it() -> None:
+    state = _LinkState([5, 6, 5, 7, 6, 9], expired={"m1"})  # m1 (node 6) has expired
+    state.message_ins_store["m0"].metadata.delivered_at = "earlier"  # node 5's first is out
+    picked = flower_patches.first_undelivered(state, {5, 6, 7})  # node 9 is not the engine's
+    ids = {id(m): k for k, m in state.message_ins_store.items()}
+    assert [ids[id(m)] for m in picked] == ["m2", "m3", "m4"]
+    assert all(m.metadata.delivered_at not in ("", "earlier") for m in picked)
+    assert "m1" not in state.message_ins_store
+    assert flower_patches.first_undelivered(state, {5, 6, 7}) == []  # each went once
+
+
+def test_the_one_pass_reads_what_flowers_lookup_reads() -> None:
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+
+    source = inspect.getsource(InMemoryLinkState.get_message_ins)
+    assert [s for s in flower_patches.GET_MESSAGE_INS_SOURCE if s not in source] == []
+    assert flower_patches.reads_in_one_pass(_LinkState([], set())) is False  # not Flower's
