@@ -18,13 +18,12 @@ import numpy as np
 from common.data import DIGITS_SPEC
 from common.flower_patches import set_task_identity
 from common.models import build_model
-from common.params import buffer_positions, model_to_vector
+from common.params import buffer_positions
 from common.settings import settings_with
 from server.app import build_strategy
-from server.build import train_config_record
 from strategies.collectives.base import Aggregate
 from strategies.round_state import RoundState
-from testing.in_process import InProcessGrid
+from testing.in_process import InProcessGrid, train_in_process
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import Sparse
@@ -73,17 +72,7 @@ def main() -> None:
 
     strategy._apply = measured  # type: ignore[method-assign]
     last = args.at + 10
-    strategy.start(
-        grid=InProcessGrid(settings),  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=last,
-        train_config=train_config_record(
-            learning_rate=settings.learning_rate,
-            local_steps=settings.local_steps,
-            batch_size=settings.batch_size,
-            seed=settings.seed,
-        ),
-    )
+    train_in_process(strategy, settings, model, InProcessGrid(settings), last)
     print("| round | collective | step norm | train loss |")
     print("|---|---|---|---|")
     for r in range(args.at - 4, last + 1):

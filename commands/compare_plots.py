@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from commands.plot_ratio_schedule import client0_links, collective_colour  # noqa: E402
+from commands.plot_ratio_schedule import client0_links, scatter_ratios  # noqa: E402
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -75,9 +75,7 @@ def plot_ratio_schedule(
     )
     for ax, name in zip(axes, adapting, strict=False):
         rows = records[name][0]
-        for mode in sorted({r["collective"] for r in rows}):
-            pts = [(r["round"], r["compression_ratio"]) for r in rows if r["collective"] == mode]
-            ax.scatter(*zip(*pts, strict=True), s=6, color=collective_colour(mode), label=mode)
+        scatter_ratios(ax, rows, size=6)
         ax.set_yscale("log")
         ax.set_ylabel("c")
         ax.set_title(name, fontsize=9)

@@ -52,6 +52,13 @@ def collective_colour(name: str) -> str:
     return f"C{list(COLLECTIVES).index(name) % 10}" if name in COLLECTIVES else "black"
 
 
+def scatter_ratios(ax: Any, rows: Sequence[Mapping[str, Any]], size: float) -> None:
+    """Each round's c on ``ax``, coloured by the collective it ran."""
+    for mode in sorted({r["collective"] for r in rows}):
+        pts = [(r["round"], r["compression_ratio"]) for r in rows if r["collective"] == mode]
+        ax.scatter(*zip(*pts, strict=True), s=size, color=collective_colour(mode), label=mode)
+
+
 @dataclass(frozen=True)
 class LinkSegment:
     """The rounds a run spent on one link of the schedule, and what it chose there."""
@@ -112,10 +119,7 @@ def plot(
 ) -> None:
     rounds = [r["round"] for r in rows]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for mode in sorted({r["collective"] for r in rows}):
-        xs = [r["round"] for r in rows if r["collective"] == mode]
-        ys = [r["compression_ratio"] for r in rows if r["collective"] == mode]
-        top.scatter(xs, ys, s=8, color=collective_colour(mode), label=mode)
+    scatter_ratios(top, rows, size=8)
     top.set_yscale("log")
     top.set_ylabel("compression ratio c")
     top.legend(loc="upper right")

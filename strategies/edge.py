@@ -184,7 +184,8 @@ class EdgeStrategy(FedAvg):
         self.identities.check(node, partition, connected)
         old = self.identities.owner_of.get(partition)
         self.identities.bind(node, partition)
-        self.replicas.take_over(old, node if kept else None)
+        if kept and old is not None:
+            self.replicas.take_over(old, node)
 
     def forget_clients(self, but: Collection[int] = ()) -> None:
         """After a restart of the federation: no node but those in ``but`` (which took their

@@ -86,11 +86,10 @@ class Replicas:
         """Nodes per payload kind, for the record."""
         return dict(sorted(Counter(p.kind for p in payloads.values()).items()))
 
-    def take_over(self, old: int | None, new: int | None) -> None:
-        """Node ``new`` holds what node ``old`` held (a restored state); None: nobody."""
-        held = None if old is None else self._holds.pop(old, None)
-        if new is not None and held is not None:
-            self._holds[new] = held
+    def take_over(self, old: int, new: int) -> None:
+        """Node ``new`` holds what node ``old`` held (a restored state)."""
+        if old in self._holds:
+            self._holds[new] = self._holds.pop(old)
 
     def forget_holders(self, but: Collection[int] = ()) -> None:
         """No node's replica but those of ``but`` is known any more (their state was lost)."""

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from torch.nn import Module
 
 from client import app as client_app
+from common.params import model_to_vector
 from common.settings import Settings
 from server import app as server_app
+from server.build import train_config_record
+from strategies.edge import EdgeStrategy
+from wire.layout import Layout
 
 
 def _wire_copy(content: RecordDict) -> RecordDict:
@@ -84,3 +89,24 @@ def run_server_app(grid: InProcessGrid) -> None:
         run_config=grid.settings.to_run_config(),
     )
     server_app.main(grid, context)  # type: ignore[arg-type]
+
+
+def train_in_process(
+    strategy: EdgeStrategy, settings: Settings, model: Module, grid: InProcessGrid, rounds: int
+) -> ArrayRecord:
+    """``rounds`` rounds of a built ``strategy`` over ``grid`` from ``model``'s weights, with
+    the run's training config; the final model."""
+    layout = Layout.of_model(model)
+    result = strategy.start(
+        grid=grid,  # type: ignore[arg-type]
+        initial_arrays=layout.unflatten(model_to_vector(model)),
+        num_rounds=rounds,
+        train_config=train_config_record(
+            learning_rate=settings.learning_rate,
+            local_steps=settings.local_steps,
+            batch_size=settings.batch_size,
+            seed=settings.seed,
+        ),
+    )
+    arrays: ArrayRecord = result.arrays
+    return arrays

@@ -19,14 +19,14 @@ from flwr.app import Array, ArrayRecord, Error, Message, Metadata, RecordDict
 from commands.run import FLWR_DIR
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import buffer_positions, model_to_vector
+from common.params import buffer_positions
 from common.settings import Settings, settings_with
 from compress import COMPRESSORS
 from server.app import build_strategy
 from server.build import train_config_record
 from strategies.collectives.base import ClientRound
 from strategies.edge import EdgeStrategy
-from testing.in_process import InProcessGrid
+from testing.in_process import InProcessGrid, train_in_process
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import TRACE_COLUMNS, NetworkSchedule
@@ -104,7 +104,6 @@ def make_strategy(clock: Any, layout: Any, **overrides: Any) -> Any:
 
 def train_config(**overrides: Any) -> Any:
     """``Strategy.start``'s per-round config as the ServerApp makes it."""
-    from server.build import train_config_record
 
     values = {"learning_rate": 0.5, "local_steps": 1, "batch_size": 32, "seed": 0} | overrides
     return train_config_record(**values)
@@ -187,18 +186,7 @@ def run_in_process(
     clock = unit_clock({i: DIGITS_PROFILE for i in range(settings.num_clients)})
     strategy = build_strategy(settings, clock, layout, buffer_positions(model))
     grid = grid or InProcessGrid(settings)
-    result = strategy.start(
-        grid=grid,  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=rounds,
-        train_config=train_config_record(
-            learning_rate=settings.learning_rate,
-            local_steps=settings.local_steps,
-            batch_size=settings.batch_size,
-            seed=settings.seed,
-        ),
-    )
-    arrays: ArrayRecord = result.arrays
+    arrays = train_in_process(strategy, settings, model, grid, rounds)
     return layout.flatten(arrays), strategy, grid
 
 
