@@ -4,6 +4,7 @@ query), judged longest connected first (``by_seniority``)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from logging import WARNING
 
 from flwr.app import Message, RecordDict
@@ -38,21 +39,22 @@ def round_nodes(
     connected (a partition's owner still holds it while it is not sampled)."""
     _, connected = sample_nodes(grid, min_nodes, min_nodes)
     identities.saw(connected, server_round)
+    alive = frozenset(connected)  # looked up per node: a list (or a set per node) is O(N^2)
     if sampler is None:
-        return sorted(connected), None, frozenset(connected)
+        return sorted(connected), None, alive
     unknown = sorted(n for n in connected if n not in identities.partition_of)
     identified = (
-        identify(grid, unknown, connected, identities, num_clients, timeout_s) if unknown else 0
+        identify(grid, unknown, alive, identities, num_clients, timeout_s) if unknown else 0
     )
-    owners = {p: n for n, p in identities.partition_of.items() if n in set(connected)}
+    owners = {p: n for n, p in identities.partition_of.items() if n in alive}
     partitions, nodes = sampler.nodes(server_round, owners)
-    return nodes, {"partitions": partitions, "identified": identified}, frozenset(connected)
+    return nodes, {"partitions": partitions, "identified": identified}, alive
 
 
 def identify(
     grid: Grid,
     nodes: list[int],
-    connected: list[int],
+    connected: Collection[int],
     identities: Identities,
     num_clients: int,
     timeout_s: float,
