@@ -137,7 +137,11 @@ def _synthetic_split(settings: Settings, client: int) -> tuple[ArrayData, ArrayD
 
 
 def _synthetic_test(settings: Settings) -> ArrayData:
-    parts = [_synthetic_split(settings, k)[1] for k in range(settings.num_clients)]
+    """The held-out samples of the first ``synthetic-test-clients`` clients (a client's data
+    does not depend on how many there are, so these are one test split for every N above it)."""
+    cap = settings.synthetic_test_clients
+    clients = settings.num_clients if cap == 0 else min(cap, settings.num_clients)
+    parts = [_synthetic_split(settings, k)[1] for k in range(clients)]
     return ArrayData(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
 
 

@@ -115,6 +115,11 @@ class Settings:
     synthetic_beta: float = _spec(
         minimum=0.0, doc="synthetic: how much the clients' data differ (FedProx's β)"
     )
+    synthetic_test_clients: int = _spec(
+        minimum=0,
+        doc="synthetic: the server's test split holds the held-out samples of the first this "
+        "many clients (all when fewer; 0: all), so evaluation does not grow with the federation",
+    )
     mnist1d_samples: int = _spec(
         minimum=100,
         doc="mnist1d: samples generated (80 % train, 20 % test); 5000 is the published split "

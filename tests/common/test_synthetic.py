@@ -57,6 +57,20 @@ def test_the_server_tests_on_every_clients_held_out_share() -> None:
     assert data_spec(settings) == SYNTHETIC_SPEC and SYNTHETIC_SPEC.num_features == 60
 
 
+def test_the_test_split_is_the_first_clients_held_out_share_however_many_there_are() -> None:
+    capped = {"dataset": "synthetic", "synthetic_test_clients": 3}
+    test = server_test_split(settings_with(num_clients=3, **capped))
+    for many in (4, 50):  # clients 3.. train, but the server tests on clients 0..2 alone
+        more = server_test_split(settings_with(num_clients=many, **capped))
+        np.testing.assert_array_equal(more.x, test.x)
+    every = server_test_split(settings_with(num_clients=4, dataset="synthetic"))  # 1000: all 4
+    assert len(every) > len(test)
+    uncapped = server_test_split(
+        settings_with(num_clients=4, **capped | {"synthetic_test_clients": 0})
+    )
+    np.testing.assert_array_equal(uncapped.y, every.y)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
