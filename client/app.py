@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,7 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
 from compress import COMPRESSORS
+from compress.state_store import run_directory, use_store
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
 from wire.keys import (
@@ -61,11 +63,21 @@ def _compressor_rng(
     return np.random.default_rng([settings.seed, COMPRESSOR_RNG, partition_id, server_round, phase])
 
 
-def train(msg: Message, context: Context, live: LiveStream | None = None) -> Message:
+def store_directory(context: Context, settings: Settings) -> Path | None:
+    """This node's directory in the run's state store, when the server made one."""
+    run = run_directory(settings.state_store_dir, context.run_id)
+    return run / f"partition-{node_identity(context, settings)}" if run.is_dir() else None
+
+
+def train(
+    msg: Message, context: Context, live: LiveStream | None = None, shared_files: bool = True
+) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     model = build_model(settings.model, data_spec(settings), seed=settings.seed)
     layout = Layout.of_model(model)
     instruction = TrainInstruction.parse(msg.content, layout.size)
+    if shared_files:  # a device's agent keeps its own state
+        use_store(context.state, store_directory(context, settings))
     if instruction.replica is not None:
         start = bring_up_to_date(context.state, instruction.replica)
     else:
@@ -147,10 +159,11 @@ def identify(msg: Message, context: Context) -> Message:
 def make_app(live: LiveStream | None = None, shared_files: bool = True) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
     reads instead of replaying the partition; ``shared_files``: it answers the server's
-    save-state and restore-state queries (simulation: the server's file system is its own; a
-    device's agent keeps its state itself)."""
+    save-state and restore-state queries and keeps its vectors in the state store when the
+    server says so (simulation: the server's file system is its own; a device's agent keeps
+    its state itself)."""
     client_app = ClientApp(mods=[packed_content, timing_stamps])
-    client_app.train()(lambda msg, context: train(msg, context, live))
+    client_app.train()(lambda msg, context: train(msg, context, live, shared_files))
     client_app.query(IDENTIFY_ACTION)(identify)
     if shared_files:
         client_app.query(SAVE_STATE_ACTION)(save_state)

@@ -19,6 +19,8 @@ from flwr.app import Context, Message
 from client.node import LOCAL_DATA_KEY, node_identity
 from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
 from common.settings import Settings
+from compress.base import vectors_in_memory
+from compress.state_store import STORE_KEY, is_stored
 from wire.keys import CLIENT_STATE_DIR
 from wire.messages import StateRequest, state_reply
 
@@ -50,9 +52,11 @@ def save_state(msg: Message, context: Context) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     partition_id = node_identity(context, settings)
     directory = _directory(StateRequest.parse(msg.content), settings.results_dir)
-    kept = {k: v for k, v in context.state.items() if k != LOCAL_DATA_KEY}
+    kept = vectors_in_memory(context.state)  # the state store's vectors read back in
+    if LOCAL_DATA_KEY in kept:
+        del kept[LOCAL_DATA_KEY]
     directory.mkdir(parents=True, exist_ok=True)
-    write_whole(state_file(directory, partition_id), state_to_bytes(type(context.state)(kept)))
+    write_whole(state_file(directory, partition_id), state_to_bytes(kept))
     return Message(content=state_reply(partition_id, restored=False), reply_to=msg)
 
 
@@ -68,9 +72,15 @@ def restore_state(msg: Message, context: Context) -> Message:
         if path.stat().st_size > MAX_STATE_BYTES:
             raise ValueError(f"{path} holds {path.stat().st_size} bytes: not a state")
         saved = state_from_bytes(path.read_bytes())
+        named = [key for key, record in saved.items() if key == STORE_KEY or is_stored(record)]
+        if named:  # a saved state holds its vectors; it never points at files
+            raise ValueError(f"{path} names stored files ({', '.join(named)}), not vectors")
+        store = context.state.get(STORE_KEY)
         for key in list(context.state):
             del context.state[key]
         for key, record in saved.items():
             if key != LOCAL_DATA_KEY:  # made from the partition, never taken from a file
                 context.state[key] = record
+        if store is not None:  # the next store_vector writes there again
+            context.state[STORE_KEY] = store
     return Message(content=state_reply(partition_id, restored), reply_to=msg)

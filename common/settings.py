@@ -21,6 +21,7 @@ from typing import Any
 from common.flower_patches import check_flower
 from common.rates import check_stream_rates
 from common.synthetic import NUM_FEATURES
+from compress.state_store import STATE_STORES
 from wire.stream_samples import parse_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -269,6 +270,16 @@ class Settings:
     )
     resume_from: str = _spec(
         doc='continue the run whose checkpoint is in this directory (or file); "": start anew'
+    )
+    state_store: str = _spec(
+        choices=STATE_STORES,
+        doc="simulation: where clients keep their residuals and replicas between rounds: "
+        "memory (Flower's contexts), disk (a file per client and vector, read in the rounds "
+        "it trains) or auto (disk when all clients' could exceed a quarter of memory)",
+    )
+    state_store_dir: str = _spec(
+        doc='state-store on disk: a directory (shared by every machine of a Ray cluster); "" '
+        "means the temporary directory's edgeflex-state; each run uses and removes its own"
     )
     stream_rates: str = _spec(
         doc='streams: "off", S1, S2, S1-normal, S2-normal or a list "12, 40, 300" (samples/s)'

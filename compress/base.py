@@ -21,6 +21,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
+from compress.state_store import STORE_KEY, is_stored, read_stored, store_of, write_stored
 from wire.codec import raw_array, read_raw
 
 Vector = NDArray[np.float32]
@@ -52,16 +53,35 @@ class Compressor(Protocol):
 
 
 def load_vector(state: RecordDict, key: str) -> Vector | None:
-    """A float32 vector kept in ``state`` (a writable copy), or None."""
+    """A float32 vector kept in ``state`` or in the node's state store (a writable copy), or
+    None."""
     if key not in state:
         return None
     record = state[key]
+    if is_stored(record):
+        return read_stored(state, key)
     assert isinstance(record, ArrayRecord)
     return read_raw(record, VECTOR, "float32").astype(np.float32)
 
 
+def _in_record(vector: Vector) -> ArrayRecord:
+    return ArrayRecord({VECTOR: raw_array(vector.astype(np.float32))})
+
+
 def store_vector(state: RecordDict, key: str, vector: Vector) -> None:
-    state[key] = ArrayRecord({VECTOR: raw_array(vector.astype(np.float32))})
+    """Keep ``vector`` in ``state``, or in the node's state store when it uses one."""
+    directory = store_of(state)
+    state[key] = _in_record(vector) if directory is None else write_stored(directory, key, vector)
+
+
+def vectors_in_memory(state: RecordDict) -> RecordDict:
+    """``state`` with every stored vector read back into its record and no store: what a
+    checkpoint keeps (a file that names no other)."""
+    held = RecordDict()
+    for key, record in state.items():
+        if key != STORE_KEY:
+            held[key] = _in_record(read_stored(state, key)) if is_stored(record) else record
+    return held
 
 
 class ErrorFeedback:

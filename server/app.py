@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,13 @@ from common.params import buffer_positions, model_to_vector
 from common.settings import PROJECT_ROOT, Settings
 from common.workload import check_workload
 from compress import COMPRESSORS
+from compress.state_store import (
+    DISK,
+    client_state_estimate,
+    physical_memory_bytes,
+    run_directory,
+    uses_disk,
+)
 from server.build import (
     AUTO,
     COLLECTIVE_OF_STRATEGY,
@@ -147,6 +155,34 @@ def build_strategy(
     )
 
 
+def _state_store(
+    settings: Settings, run_id: int, parameters: int, shares_files: bool
+) -> Path | None:
+    """The run's state store directory, made when its clients keep their vectors on disk
+    (common/state_store.py; only where they share this file system); one left by a run of
+    this id that crashed is removed."""
+    if not shares_files:
+        if settings.state_store == DISK:
+            log(WARNING, "edgeflex: state-store = disk is for simulation; devices keep theirs")
+        return None
+    store = run_directory(settings.state_store_dir, run_id)
+    shutil.rmtree(store, ignore_errors=True)
+    memory = physical_memory_bytes()
+    if not uses_disk(settings.state_store, settings.num_clients, parameters, memory):
+        return None
+    store.mkdir(mode=0o700, parents=True)
+    log(
+        INFO,
+        "edgeflex: clients keep their vectors in %s (state-store = %s; up to %.1f GB, "
+        "memory %.1f GB)",
+        store,
+        settings.state_store,
+        client_state_estimate(settings.num_clients, parameters) / 1e9,
+        memory / 1e9,
+    )
+    return store
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
@@ -201,6 +237,7 @@ def main(grid: Grid, context: Context) -> None:
     )
     statistics = STATISTICS[settings.batch_norm_statistics](model, validation)
     strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
+    store = _state_store(settings, context.run_id, workload.parameters, shares_files)
     first_round = 1
     resumed: tuple[Path, int] | None = None
     if settings.resume_from:
@@ -293,6 +330,8 @@ def main(grid: Grid, context: Context) -> None:
     finally:
         if wake_ups is not None:
             wake_ups.close()
+        if store is not None:  # the run's scratch: a checkpoint holds the vectors themselves
+            shutil.rmtree(store, ignore_errors=True)
     summary = recorder.finish()
     log(
         INFO,

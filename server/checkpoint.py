@@ -60,6 +60,8 @@ RESUMABLE_KEYS = frozenset(
         "short-polls",
         "packed-messages",
         "wake-broker",
+        "state-store",  # where vectors live, not what they are
+        "state-store-dir",
     }
 )
 

@@ -9,7 +9,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 from client.node import LOCAL_DATA_KEY
 from client.saved_state import restore_state, save_state, state_file
+from client.state_bytes import state_from_bytes, state_to_bytes
 from common.settings import settings_with
+from compress.base import load_vector, store_vector
+from compress.state_store import store_of, use_store
 from wire.keys import RESTORE_STATE, SAVE_STATE
 from wire.messages import StateRequest, parse_state_reply
 
@@ -72,3 +75,31 @@ def test_a_directory_outside_the_run_or_not_a_round_of_states_is_refused(tmp_pat
     default = _context(tmp_path / "unused", results_dir="")
     save_state(_ask(SAVE_STATE, elsewhere), default)
     assert state_file(elsewhere, 2).is_file()
+
+
+def test_a_saved_state_holds_the_stores_vectors_and_one_naming_files_is_refused(
+    tmp_path: Path,
+) -> None:
+    before = _context(tmp_path)
+    store = tmp_path / "store" / "run-1" / "partition-2"
+    use_store(before.state, store)
+    store_vector(before.state, "ef-residual", np.arange(5, dtype=np.float32))
+    directory = tmp_path / "client-state" / "round-2"
+    save_state(_ask(SAVE_STATE, directory), before)
+    saved = state_from_bytes(state_file(directory, 2).read_bytes())
+    assert set(saved) == {"ef-residual"} and isinstance(saved["ef-residual"], ArrayRecord)
+
+    # Restored under a store, the vector comes back and the store stays the node's own.
+    after = _context(tmp_path / "elsewhere", resume_from=str(tmp_path))
+    use_store(after.state, tmp_path / "new-store")
+    restore_state(_ask(RESTORE_STATE, directory), after)
+    np.testing.assert_array_equal(load_vector(after.state, "ef-residual"), np.arange(5))  # type: ignore[arg-type]
+    assert store_of(after.state) == tmp_path / "new-store"
+
+    # A state file that points at files (a store's records) is not a saved state.
+    pointing = _context(tmp_path)
+    use_store(pointing.state, store)
+    store_vector(pointing.state, "ef-residual", np.arange(5, dtype=np.float32))
+    state_file(directory, 2).write_bytes(state_to_bytes(pointing.state))
+    with pytest.raises(ValueError, match=r"names stored files \(state-store, ef-residual\)"):
+        restore_state(_ask(RESTORE_STATE, directory), _context(tmp_path))

@@ -12,10 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from flwr.app import ArrayRecord
 
+from client import app as client_app
+from client.replica import REPLICA_KEY
 from commands.run_config import parse_overrides, resolve_settings
 from common.settings import ConfigError
 from common.state_file import dump_state
+from compress.base import RESIDUAL_KEY
+from compress.state_store import is_stored
 from server import app as server_app
 from server.checkpoint import (
     CHECKPOINT_NAME,
@@ -101,6 +106,37 @@ def test_a_resumed_run_records_what_the_uninterrupted_run_does(name: str, tmp_pa
     assert [r["round"] for r in read_rounds(resumed)] == [1, 2, 3, 4, 5]
     # Only the last checkpoint's client states are kept.
     assert sorted(p.name for p in (resumed / CLIENT_STATE_DIR).iterdir()) == ["round-5"]
+
+
+def test_clients_with_their_vectors_on_disk_record_what_they_do_in_memory_and_resume(
+    tmp_path: Path,
+) -> None:
+    """state-store = disk: every residual and replica goes through a file, the run records what
+    it does with them in memory, and its checkpoint holds the vectors (the store is removed
+    when a run ends, crashed or not)."""
+    in_memory = RESUMED["allgather"]
+    store = tmp_path / "store"
+    on_disk = f"{in_memory} state-store=disk state-store-dir={store}"
+    run_server_app(InProcessGrid(_settings(in_memory, tmp_path / "memory")))
+    grid = InProcessGrid(_settings(on_disk, tmp_path / "whole"))
+    run_server_app(grid)
+    assert _rows(tmp_path / "whole") == _rows(tmp_path / "memory")
+    for context in grid.contexts.values():  # records in the contexts, not vectors
+        assert is_stored(context.state[RESIDUAL_KEY]) and is_stored(context.state[REPLICA_KEY])
+    assert store.is_dir() and not any(store.iterdir())  # the run's directory removed
+    resumed = _crash_then_resume(on_disk, tmp_path, crash_round=4)
+    assert _rows(resumed) == _rows(tmp_path / "memory")
+
+
+def test_a_device_keeps_its_vectors_itself_whatever_the_store_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_app, "app", client_app.make_app(shared_files=False))  # agents'
+    text = f"{RESUMED['allgather']} num-server-rounds=2 state-store=disk"
+    grid = InProcessGrid(_settings(f"{text} state-store-dir={tmp_path / 'store'}", tmp_path / "r"))
+    run_server_app(grid)
+    for context in grid.contexts.values():
+        assert isinstance(context.state[RESIDUAL_KEY], ArrayRecord)
 
 
 def test_without_saved_client_states_a_resumed_run_sends_full_models_once(
