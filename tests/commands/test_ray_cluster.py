@@ -1,6 +1,7 @@
 """A simulation on an existing Ray cluster: two Ray nodes on this machine (``ray start --head``
 and ``ray start --address``, one CPU each, on loopback), ``RAY_ADDRESS`` naming the head, and a
-short run whose client actors (one CPU each) must use both nodes."""
+short run whose client actors (one CPU each) must use both nodes and whose records must equal
+the same run's on the default backend."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from commands.processes import stop_tree
 from commands.run import RAY_ADDRESS, free_port, run
 from commands.run_config import parse_overrides
+from server.records import read_rounds, without_wall_clock
 
 pytestmark = pytest.mark.slow  # starts a Ray cluster and a simulation
 
@@ -114,18 +116,29 @@ def _probe_nodes(address: str) -> list[str]:
         return []
 
 
+RUN = "num-clients=4 num-server-rounds=3 round-timeout-s=60 strategy=topk collective=allgather"
+
+
+def _run(tmp_path: Path, name: str) -> list[dict[str, object]]:
+    """The run's records, wall clock aside."""
+    overrides = parse_overrides(f"{RUN} results-dir={tmp_path / name}")
+    with (tmp_path / f"{name}.log").open("w") as out:
+        code, results = run(overrides, stream_to=out)
+    assert code == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    return [without_wall_clock(row) for row in read_rounds(results)]
+
+
 def test_a_simulation_runs_its_clients_on_every_node_of_an_existing_ray_cluster(
     ray_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(RAY_ADDRESS, ray_cluster)
-    overrides = parse_overrides(
-        f"num-clients=4 num-server-rounds=3 round-timeout-s=60 results-dir={tmp_path / 'run'}"
-    )
-    with (tmp_path / "out.log").open("w") as out:
-        code, results = run(overrides, stream_to=out)
-    assert code == 0, (tmp_path / "out.log").read_text()[-3000:]
-    assert len((results / "rounds.jsonl").read_text().splitlines()) == 3
+    on_cluster = _run(tmp_path, "cluster")
+    assert len(on_cluster) == 3
     seen = _probe(ray_cluster)
     actors: dict[str, int] = seen["actors"]  # type: ignore[assignment]
     assert len(seen["nodes"]) == 2  # type: ignore[arg-type]
     assert set(actors) == set(seen["nodes"])  # type: ignore[arg-type]  # a client actor on each
+    # The same run on the default backend (Ray started for it on this machine) records the
+    # same: where a client's actor runs changes nothing it computes.
+    monkeypatch.delenv(RAY_ADDRESS)
+    assert _run(tmp_path, "default") == on_cluster

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.data import DIGITS_SPEC
+from common.data import DIGITS_SPEC, SYNTHETIC_SPEC
 from common.models import MODELS, build_model, num_parameters
 from common.params import model_to_vector, vector_to_model
 from wire.layout import Layout
@@ -16,6 +16,11 @@ def test_models_are_big_enough_for_communication_to_matter(name: str) -> None:
     model = build_model(name, DIGITS_SPEC, seed=0)
     assert num_parameters(model) >= 50_000
     assert model(torch.zeros(4, 64)).shape == (4, 10)
+
+
+def test_the_large_mlp_has_resnet18s_size() -> None:
+    parameters = num_parameters(build_model("mlp-11m", SYNTHETIC_SPEC, seed=0))
+    assert 11_000_000 < parameters < 11_300_000  # ResNet-18 for CIFAR-10: 11.17 M
 
 
 def test_same_seed_same_weights_and_global_rng_untouched() -> None:
