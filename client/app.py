@@ -28,7 +28,7 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
 from compress import COMPRESSORS
-from compress.state_store import run_directory, use_store
+from compress.state_store import node_directory, run_directory, use_store
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
 from wire.keys import (
@@ -65,8 +65,10 @@ def _compressor_rng(
 
 def store_directory(context: Context, settings: Settings) -> Path | None:
     """This node's directory in the run's state store, when the server made one."""
-    run = run_directory(settings.state_store_dir, context.run_id)
-    return run / f"partition-{node_identity(context, settings)}" if run.is_dir() else None
+    if not run_directory(settings.state_store_dir, context.run_id).is_dir():
+        return None
+    partition_id = node_identity(context, settings)
+    return node_directory(settings.state_store_dir, context.run_id, partition_id)
 
 
 def train(

@@ -159,7 +159,7 @@ def _state_store(
     settings: Settings, run_id: int, parameters: int, shares_files: bool
 ) -> Path | None:
     """The run's state store directory, made when its clients keep their vectors on disk
-    (common/state_store.py; only where they share this file system); one left by a run of
+    (compress/state_store.py; only where they share this file system); one left by a run of
     this id that crashed is removed."""
     if not shares_files:
         if settings.state_store == DISK:

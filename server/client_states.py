@@ -14,6 +14,7 @@ Neither query is part of a round: nothing of them is charged or recorded.
 from __future__ import annotations
 
 import shutil
+import time
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def save_client_states(
     grid: Grid, results_dir: Path, server_round: int, num_clients: int, timeout_s: float
 ) -> int:
     """Ask every node to write its state for round ``server_round``; how many did."""
+    began = time.perf_counter()
     directory = round_directory(results_dir, server_round)
     shutil.rmtree(directory, ignore_errors=True)  # no file of an earlier attempt stays
     request = StateRequest(server_round, str(directory))
@@ -56,7 +58,15 @@ def save_client_states(
         except ValueError as exc:
             node = reply.metadata.src_node_id
             log(WARNING, "edgeflex: node %d did not save its state: %s", node, exc)
-    log(INFO, "edgeflex: round %d: %d clients saved their state", server_round, saved)
+    written = sum(f.stat().st_size for f in directory.glob("*.state"))
+    log(
+        INFO,
+        "edgeflex: round %d: %d clients saved their state (%.2f MB) in %.2f s",
+        server_round,
+        saved,
+        written / 1e6,
+        time.perf_counter() - began,
+    )
     return saved
 
 
@@ -78,6 +88,7 @@ def restore_client_states(
 ) -> set[int]:
     """Ask every node to take its partition's state of round ``server_round`` back; the
     strategy learns who holds what (``EdgeStrategy.take_over``). The nodes that did."""
+    began = time.perf_counter()
     request = StateRequest(server_round, str(round_directory(checkpoint_dir, server_round)))
     connected = set(grid.get_node_ids())
     restored = set()
@@ -93,5 +104,11 @@ def restore_client_states(
             continue
         if kept:
             restored.add(node)
-    log(INFO, "edgeflex: %d clients took their state of round %d back", len(restored), server_round)
+    log(
+        INFO,
+        "edgeflex: %d clients took their state of round %d back in %.2f s",
+        len(restored),
+        server_round,
+        time.perf_counter() - began,
+    )
     return restored
