@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +18,7 @@ from flwr.clientapp import ClientApp
 
 from client.local_round import train_locally
 from client.mods import packed_content, timing_stamps
-from client.node import node_identity
+from client.node import node_identity, store_directory
 from client.replica import bring_up_to_date
 from client.reports import reports
 from client.saved_state import restore_state, save_state
@@ -28,7 +27,7 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
 from compress import COMPRESSORS
-from compress.state_store import node_directory, run_directory, use_store
+from compress.state_store import use_store
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
 from wire.keys import (
@@ -61,14 +60,6 @@ def _compressor_rng(
 ) -> np.random.Generator:
     """A generator per (seed, client, round, phase): stochastic rounding repeats with a seed."""
     return np.random.default_rng([settings.seed, COMPRESSOR_RNG, partition_id, server_round, phase])
-
-
-def store_directory(context: Context, settings: Settings) -> Path | None:
-    """This node's directory in the run's state store, when the server made one."""
-    if not run_directory(settings.state_store_dir, context.run_id).is_dir():
-        return None
-    partition_id = node_identity(context, settings)
-    return node_directory(settings.state_store_dir, context.run_id, partition_id)
 
 
 def train(

@@ -1,14 +1,17 @@
-"""What a node knows of itself: its partition (node config), its data, its own stream rate."""
+"""What a node knows of itself: its partition (node config), its data, its own stream rate,
+where the run's state store keeps its vectors."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context
 
 from common.data import ArrayData, client_partition
 from common.settings import Settings
+from compress.state_store import node_directory, run_directory
 from wire.keys import NODE_NUM_PARTITIONS, NODE_PARTITION_ID, NODE_STREAM_RATE, SAMPLES_X, SAMPLES_Y
 
 LOCAL_DATA_KEY = "local-data"
@@ -28,6 +31,14 @@ def node_identity(context: Context, settings: Settings) -> int:
             f"num-clients={settings.num_clients}; they must agree"
         )
     return partition_id
+
+
+def store_directory(context: Context, settings: Settings) -> Path | None:
+    """This node's directory in the run's state store, when the server made one."""
+    if not run_directory(settings.state_store_dir, context.run_id).is_dir():
+        return None
+    partition_id = node_identity(context, settings)
+    return node_directory(settings.state_store_dir, context.run_id, partition_id)
 
 
 def node_stream_rate(context: Context) -> float | None:

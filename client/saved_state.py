@@ -16,11 +16,11 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 
-from client.node import LOCAL_DATA_KEY, node_identity
+from client.node import LOCAL_DATA_KEY, node_identity, store_directory
 from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
 from common.settings import Settings
-from compress.base import vectors_in_memory
-from compress.state_store import STORE_KEY, is_stored
+from compress.base import vectors_in_memory, vectors_into_store
+from compress.state_store import STORE_KEY, is_stored, use_store
 from wire.keys import CLIENT_STATE_DIR
 from wire.messages import StateRequest, state_reply
 
@@ -75,12 +75,12 @@ def restore_state(msg: Message, context: Context) -> Message:
         named = [key for key, record in saved.items() if key == STORE_KEY or is_stored(record)]
         if named:  # a saved state holds its vectors; it never points at files
             raise ValueError(f"{path} names stored files ({', '.join(named)}), not vectors")
-        store = context.state.get(STORE_KEY)
         for key in list(context.state):
             del context.state[key]
         for key, record in saved.items():
             if key != LOCAL_DATA_KEY:  # made from the partition, never taken from a file
                 context.state[key] = record
-        if store is not None:  # the next store_vector writes there again
-            context.state[STORE_KEY] = store
+        # with a state store, the vectors go to disk now, not when the node next trains
+        use_store(context.state, store_directory(context, settings))
+        vectors_into_store(context.state)
     return Message(content=state_reply(partition_id, restored), reply_to=msg)

@@ -41,6 +41,7 @@ from commands.processes import stop_tree
 from commands.progress import RunOutput
 from commands.run_config import describe_model, format_overrides, parse_overrides, resolve_settings
 from common.settings import PROJECT_ROOT, ConfigError, Settings
+from compress.state_store import store_root, sweep_abandoned
 
 CONNECTION = "edgeflex-local"
 FLOWER_LOG = "flower.log"  # what `flwr run --stream` printed: Flower's and the ServerApp's lines
@@ -200,6 +201,8 @@ def run(
                 )
     finally:
         shutil.rmtree(flwr_home, ignore_errors=True)
+        # a run stopped by a signal exits without its clean-up: its state store goes here
+        sweep_abandoned(store_root(settings.state_store_dir))
     if code == 0 and not (results_dir / "summary.json").exists():
         code = 1
     return code, results_dir

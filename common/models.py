@@ -33,14 +33,14 @@ def mlp(spec: DataSpec) -> nn.Module:
     return _mlp(spec, (256, 128))
 
 
-RESNET18_SIZE_WIDTH = 3300  # two hidden layers: 11.1 M parameters on Synthetic, 11.2 M on digits
+RESNET18_SIZE_WIDTH = 3300  # two hidden layers: 11.1 M parameters, ResNet-18's size
 
 
 def mlp_11m(spec: DataSpec) -> nn.Module:
     """The MLP with two hidden layers of 3,300: ResNet-18's size (11.2 M parameters on
-    CIFAR-10), 11.1 M here (Synthetic and digits), for what a large model's per-client state costs (the state store:
-    a residual and a replica are 89 MB a client), at 67 MFLOP a training sample, not ResNet's
-    1.7 GFLOP."""
+    CIFAR-10), 11.1 M here (Synthetic and digits), for what a large model's client state
+    costs (a residual and a replica: 89 MB a client, the state store's case), at 66 MFLOP a
+    training sample, not ResNet-18's 1.7 GFLOP."""
     return _mlp(spec, (RESNET18_SIZE_WIDTH, RESNET18_SIZE_WIDTH))
 
 

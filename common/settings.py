@@ -501,6 +501,11 @@ class Settings:
                 "server's link in the modelled star (topology = 'star', timing = 'modelled'); "
                 f"got topology = {self.topology!r}, timing = {self.timing!r}"
             )
+        if self.state_store_dir and not Path(self.state_store_dir).is_absolute():
+            raise ConfigError(
+                f"state-store-dir must be an absolute path (every process of a simulation "
+                f"resolves it alike), got {self.state_store_dir!r}"
+            )
         if self.timing == "measured" and self.topology != "star":
             raise ConfigError(
                 f"timing = 'measured' measures Flower's star exchanges; topology = "

@@ -21,7 +21,14 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
-from compress.state_store import STORE_KEY, is_stored, read_stored, store_of, write_stored
+from compress.state_store import (
+    STORE_KEY,
+    is_stored,
+    read_stored,
+    remove_stored,
+    store_of,
+    write_stored,
+)
 from wire.codec import raw_array, read_raw
 
 Vector = NDArray[np.float32]
@@ -72,6 +79,23 @@ def store_vector(state: RecordDict, key: str, vector: Vector) -> None:
     """Keep ``vector`` in ``state``, or in the node's state store when it uses one."""
     directory = store_of(state)
     state[key] = _in_record(vector) if directory is None else write_stored(directory, key, vector)
+
+
+def drop_vector(state: RecordDict, key: str) -> None:
+    """Forget ``key``'s vector, and its file when it is in the store."""
+    record = state.get(key)
+    if record is not None and is_stored(record):
+        remove_stored(state, key)
+    state.pop(key, None)
+
+
+def vectors_into_store(state: RecordDict) -> None:
+    """Move every vector ``state`` holds itself into the node's store (a restored state's)."""
+    if store_of(state) is None:
+        return
+    for key, record in list(state.items()):
+        if isinstance(record, ArrayRecord) and list(record) == [VECTOR]:
+            store_vector(state, key, read_raw(record, VECTOR, "float32").astype(np.float32))
 
 
 def vectors_in_memory(state: RecordDict) -> RecordDict:

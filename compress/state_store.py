@@ -10,6 +10,8 @@ a round reads and writes only its own clients' files.
 The files are raw float32, written whole to a temporary name and renamed into place (a run
 stopped mid-write leaves the last complete file). They are not memory-mapped: a client reads
 and rewrites every kept vector whole each round, so a mapping would page the same bytes in.
+One difference from memory: when a client's handler raises after it wrote a file, Flower
+drops that message's context but the file keeps what was written.
 The server decides whether a run uses the store (``state-store``) and says so by making the
 run's directory, which its clients look for: nothing travels in the messages, so a run records
 the same with its clients' vectors on disk or in memory. Only where clients share the server's
@@ -19,6 +21,7 @@ file system (Flower's simulation; on a Ray cluster, ``state-store-dir`` must be 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,8 +33,10 @@ STORE_KEY = "state-store"  # in context.state: where this node's stored vectors 
 STORE_DIRECTORY = "directory"
 STORED_ENTRIES = "stored-entries"  # a stored vector's record: how many float32 entries it has
 DEFAULT_ROOT = "edgeflex-state"  # under the system's temporary directory
-KEPT_VECTORS = 2  # a compressed client's residual and replica: what the estimate counts
+OWNER = "owner.pid"  # in a run's directory: the server process that made it
+KEPT_VECTORS = 2  # a compressed client's residual and replica, kept between rounds
 MEMORY_SHARE = 0.25  # auto: the store is used when the estimate exceeds this share of memory
+CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")  # a container's or a job's memory (cgroup v2)
 
 AUTO, MEMORY, DISK = "auto", "memory", "disk"
 STATE_STORES = (AUTO, MEMORY, DISK)
@@ -39,31 +44,74 @@ STATE_STORES = (AUTO, MEMORY, DISK)
 Vector = NDArray[np.float32]
 
 
+def store_root(store_dir: str) -> Path:
+    """``state-store-dir``, or the temporary directory's ``edgeflex-state``."""
+    return Path(store_dir) if store_dir else Path(tempfile.gettempdir()) / DEFAULT_ROOT
+
+
 def run_directory(store_dir: str, run_id: int) -> Path:
-    """Where a run's stored vectors go: ``state-store-dir`` (or the temporary directory's
-    ``edgeflex-state``), then one directory per run."""
-    root = Path(store_dir) if store_dir else Path(tempfile.gettempdir()) / DEFAULT_ROOT
-    return root / f"run-{run_id}"
+    """Where a run's stored vectors go: a directory per run under the root."""
+    return store_root(store_dir) / f"run-{run_id}"
 
 
 def node_directory(store_dir: str, run_id: int, partition_id: int) -> Path:
     return run_directory(store_dir, run_id) / f"partition-{partition_id}"
 
 
-def physical_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def usable_memory_bytes() -> int:
+    """The machine's memory, or the cgroup's limit when that is lower."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = CGROUP_LIMIT.read_text().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical
 
 
-def client_state_estimate(num_clients: int, parameters: int) -> int:
-    """Bytes the clients' kept vectors can come to in memory: a residual and a replica each."""
-    return num_clients * KEPT_VECTORS * 4 * parameters
+def client_state_estimate(num_clients: int, parameters: int, compressed: bool) -> int:
+    """Bytes the clients' kept vectors can come to: a residual and a replica each when the
+    run compresses (a dense client keeps none)."""
+    return num_clients * KEPT_VECTORS * 4 * parameters if compressed else 0
 
 
-def uses_disk(mode: str, num_clients: int, parameters: int, memory_bytes: int) -> bool:
+def uses_disk(mode: str, estimate: int, memory_bytes: int) -> bool:
     """``disk``, ``memory``, or ``auto``: disk when the estimate exceeds a quarter of memory."""
     if mode == AUTO:
-        return client_state_estimate(num_clients, parameters) > MEMORY_SHARE * memory_bytes
+        return estimate > MEMORY_SHARE * memory_bytes
     return mode == DISK
+
+
+def make_run_directory(run: Path) -> None:
+    """The run's directory, owned by this process (its clients look for it); first the
+    directories of runs whose server is gone (stopped by a signal, its clean-up never ran)."""
+    sweep_abandoned(run.parent)
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(mode=0o700, parents=True)
+    (run / OWNER).write_text(str(os.getpid()))
+
+
+def sweep_abandoned(root: Path) -> list[Path]:
+    """Remove the run directories under ``root`` whose owner process is gone; those removed."""
+    removed = []
+    for run in root.glob("run-*"):
+        try:
+            owner = int((run / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours, or being made
+        if not _alive(owner):
+            shutil.rmtree(run, ignore_errors=True)
+            removed.append(run)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def use_store(state: RecordDict, directory: Path | None) -> None:
@@ -93,17 +141,23 @@ def _file(directory: Path, key: str) -> Path:
 
 
 def write_stored(directory: Path, key: str, vector: Vector) -> ConfigRecord:
-    """Write ``vector`` as ``key``'s file; the record ``state`` keeps in its place."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = _file(directory, key)
-    partial = path.with_suffix(".partial")
-    partial.unlink(missing_ok=True)  # created anew, never through a link left in its place
-    # not synced: the store is a run's scratch, and a checkpoint saves its vectors itself
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    with os.fdopen(os.open(partial, flags, 0o600), "wb") as f:
+    """Write ``vector`` as ``key``'s file; the record ``state`` keeps in its place. Only in a
+    run's directory that exists: a message still running once its run removed it fails."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    # a name of its own (two messages for one node may overlap after a timeout); not synced:
+    # the store is a run's scratch, and a checkpoint saves its vectors itself
+    handle, partial = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".partial")
+    with os.fdopen(handle, "wb") as f:
         f.write(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
-    partial.replace(path)
+    os.replace(partial, _file(directory, key))
     return ConfigRecord({STORED_ENTRIES: int(vector.size)})
+
+
+def remove_stored(state: RecordDict, key: str) -> None:
+    """Delete ``key``'s file (its record is the caller's to drop)."""
+    directory = store_of(state)
+    if directory is not None:
+        _file(directory, key).unlink(missing_ok=True)
 
 
 def read_stored(state: RecordDict, key: str) -> Vector:
@@ -118,9 +172,13 @@ def read_stored(state: RecordDict, key: str) -> Vector:
             "state-store-dir must be a directory every machine shares)"
         )
     path = _file(directory, key)
-    if not path.is_file():
-        raise ValueError(f"{path}, which holds {key!r}, is missing")
-    if path.stat().st_size != 4 * entries:
-        found = path.stat().st_size
-        raise ValueError(f"{path} holds {found} bytes, not the {entries} float32 of {key!r}")
-    return np.fromfile(path, dtype=np.float32)
+    try:
+        with path.open("rb") as f:
+            found = os.fstat(f.fileno()).st_size
+            if found != 4 * entries:
+                raise ValueError(
+                    f"{path} holds {found} bytes, not the {entries} float32 of {key!r}"
+                )
+            return np.fromfile(f, dtype=np.float32)
+    except FileNotFoundError:
+        raise ValueError(f"{path}, which holds {key!r}, is missing") from None

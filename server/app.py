@@ -23,8 +23,9 @@ from compress import COMPRESSORS
 from compress.state_store import (
     DISK,
     client_state_estimate,
-    physical_memory_bytes,
+    make_run_directory,
     run_directory,
+    usable_memory_bytes,
     uses_disk,
 )
 from server.build import (
@@ -46,6 +47,7 @@ from server.packed_grid import PackedGrid
 from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Indices, sent_whole
+from strategies.collectives.dense import Dense
 from strategies.edge import EdgeStrategy
 from strategies.ledger import Ledger
 from strategies.policies.collective import AutoCollective, FixedCollective
@@ -159,27 +161,31 @@ def _state_store(
     settings: Settings, run_id: int, parameters: int, shares_files: bool
 ) -> Path | None:
     """The run's state store directory, made when its clients keep their vectors on disk
-    (compress/state_store.py; only where they share this file system); one left by a run of
-    this id that crashed is removed."""
+    (compress/state_store.py; only where they share this file system)."""
     if not shares_files:
         if settings.state_store == DISK:
             log(WARNING, "edgeflex: state-store = disk is for simulation; devices keep theirs")
         return None
-    store = run_directory(settings.state_store_dir, run_id)
-    shutil.rmtree(store, ignore_errors=True)
-    memory = physical_memory_bytes()
-    if not uses_disk(settings.state_store, settings.num_clients, parameters, memory):
+    compressed = COLLECTIVE_OF_STRATEGY[settings.strategy](settings) != Dense.name
+    estimate = client_state_estimate(settings.num_clients, parameters, compressed)
+    memory = usable_memory_bytes()
+    if not uses_disk(settings.state_store, estimate, memory):
         return None
-    store.mkdir(mode=0o700, parents=True)
+    store = run_directory(settings.state_store_dir, run_id)
+    make_run_directory(store)
+    free = shutil.disk_usage(store).free
     log(
         INFO,
-        "edgeflex: clients keep their vectors in %s (state-store = %s; up to %.1f GB, "
-        "memory %.1f GB)",
+        "edgeflex: clients keep their vectors in %s (state-store = %s; up to %.1f GB, memory "
+        "%.1f GB, free disk %.1f GB)",
         store,
         settings.state_store,
-        client_state_estimate(settings.num_clients, parameters) / 1e9,
+        estimate / 1e9,
         memory / 1e9,
+        free / 1e9,
     )
+    if estimate > free:
+        log(WARNING, "edgeflex: the state store can outgrow the free disk if every client trains")
     return store
 
 
@@ -237,7 +243,6 @@ def main(grid: Grid, context: Context) -> None:
     )
     statistics = STATISTICS[settings.batch_norm_statistics](model, validation)
     strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
-    store = _state_store(settings, context.run_id, workload.parameters, shares_files)
     first_round = 1
     resumed: tuple[Path, int] | None = None
     if settings.resume_from:
@@ -302,6 +307,7 @@ def main(grid: Grid, context: Context) -> None:
             log(INFO, "edgeflex: %s", progress_line(row, settings.num_server_rounds))
         return MetricRecord({"accuracy": result.accuracy, "loss": result.loss})
 
+    store = _state_store(settings, context.run_id, workload.parameters, shares_files)
     try:
         wait_for_nodes(grid, settings.num_clients, settings.round_timeout_s)
         if resumed is not None:

@@ -28,7 +28,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from numpy.typing import NDArray
 
 from common.settings import Settings
-from compress.base import ErrorFeedback, load_vector, send_at, store_vector
+from compress.base import ErrorFeedback, drop_vector, load_vector, send_at, store_vector
 from compress.topk import sent_count, topk_energy, topk_indices, topk_outside
 from strategies.collectives.base import (
     SHARED_INDEX_GAIN,
@@ -142,16 +142,20 @@ def _train(job: ClientRound) -> ClientPayload:
     return ClientPayload(metrics={TOPK_NORM2: topk_energy(compensated, own)})
 
 
+NOT_HELD = "request without a compensated update from this round's training"
+
+
 def _held(action: ClientAction) -> Vector:
     held = load_vector(action.state, PENDING_KEY)
     if held is None:
-        raise ValueError("request without a compensated update from this round's training")
+        raise ValueError(NOT_HELD)
     return held
 
 
 def _indices(action: ClientAction) -> ArrayRecord:
     """The leader: the Top-k indices of its held e outside the buffers (chosen in training)."""
-    _held(action)
+    if PENDING_KEY not in action.state:  # checked, not read: e itself is sent in the next phase
+        raise ValueError(NOT_HELD)
     own = action.state.get(OWN_INDICES_KEY)
     if not isinstance(own, ArrayRecord):
         raise ValueError("request without Top-k indices from this round's training")
@@ -164,7 +168,7 @@ def _values(action: ClientAction) -> ArrayRecord:
     index_set = index_set_of(action.content, held.size)
     if index_set is None:
         raise ValueError("values request without an index set")
-    del action.state[PENDING_KEY]
+    drop_vector(action.state, PENDING_KEY)
     action.state.pop(OWN_INDICES_KEY, None)
     return ArrayRecord(send_at(action.state, held, index_set, action.compressor, action.rng).arrays)
 

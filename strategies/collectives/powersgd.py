@@ -33,7 +33,7 @@ from flwr.app import ArrayRecord, Message
 
 from common.settings import Settings
 from compress import low_rank
-from compress.base import ErrorFeedback, load_vector, store_vector
+from compress.base import ErrorFeedback, drop_vector, load_vector, store_vector
 from compress.low_rank import Factored, FactorShape, Matrix
 from strategies.collectives.base import (
     ActionHandler,
@@ -169,7 +169,8 @@ def _second(action: ClientAction) -> ArrayRecord:
         block.of(residual)[:] = low_rank.residual(matrix, p, q)
         own_q.append(q)
     ErrorFeedback(residual).to_state(action.state)
-    del action.state[PENDING_KEY], action.state[SHAPE_KEY]
+    drop_vector(action.state, PENDING_KEY)
+    del action.state[SHAPE_KEY]
     return values_record(low_rank.flat(own_q))
 
 

@@ -12,7 +12,7 @@ from client.saved_state import restore_state, save_state, state_file
 from client.state_bytes import state_from_bytes, state_to_bytes
 from common.settings import settings_with
 from compress.base import load_vector, store_vector
-from compress.state_store import store_of, use_store
+from compress.state_store import is_stored, store_of, use_store
 from wire.keys import RESTORE_STATE, SAVE_STATE
 from wire.messages import StateRequest, parse_state_reply
 
@@ -82,6 +82,7 @@ def test_a_saved_state_holds_the_stores_vectors_and_one_naming_files_is_refused(
 ) -> None:
     before = _context(tmp_path)
     store = tmp_path / "store" / "run-1" / "partition-2"
+    store.parent.mkdir(parents=True)
     use_store(before.state, store)
     store_vector(before.state, "ef-residual", np.arange(5, dtype=np.float32))
     directory = tmp_path / "client-state" / "round-2"
@@ -89,12 +90,16 @@ def test_a_saved_state_holds_the_stores_vectors_and_one_naming_files_is_refused(
     saved = state_from_bytes(state_file(directory, 2).read_bytes())
     assert set(saved) == {"ef-residual"} and isinstance(saved["ef-residual"], ArrayRecord)
 
-    # Restored under a store, the vector comes back and the store stays the node's own.
-    after = _context(tmp_path / "elsewhere", resume_from=str(tmp_path))
-    use_store(after.state, tmp_path / "new-store")
+    # Restored in a run with a state store, the vector goes straight to the node's files.
+    resumed_store = tmp_path / "resumed-store"
+    after = _context(
+        tmp_path / "elsewhere", resume_from=str(tmp_path), state_store_dir=str(resumed_store)
+    )
+    (resumed_store / "run-1").mkdir(parents=True)  # as the resumed run's server makes it
     restore_state(_ask(RESTORE_STATE, directory), after)
+    assert store_of(after.state) == resumed_store / "run-1" / "partition-2"
+    assert is_stored(after.state["ef-residual"])
     np.testing.assert_array_equal(load_vector(after.state, "ef-residual"), np.arange(5))  # type: ignore[arg-type]
-    assert store_of(after.state) == tmp_path / "new-store"
 
     # A state file that points at files (a store's records) is not a saved state.
     pointing = _context(tmp_path)

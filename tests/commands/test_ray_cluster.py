@@ -119,9 +119,9 @@ def _probe_nodes(address: str) -> list[str]:
 RUN = "num-clients=4 num-server-rounds=3 round-timeout-s=60 strategy=topk collective=allgather"
 
 
-def _run(tmp_path: Path, name: str) -> list[dict[str, object]]:
+def _run(tmp_path: Path, name: str, extra: str = "") -> list[dict[str, object]]:
     """The run's records, wall clock aside."""
-    overrides = parse_overrides(f"{RUN} results-dir={tmp_path / name}")
+    overrides = parse_overrides(f"{RUN} {extra} results-dir={tmp_path / name}")
     with (tmp_path / f"{name}.log").open("w") as out:
         code, results = run(overrides, stream_to=out)
     assert code == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
@@ -132,13 +132,16 @@ def test_a_simulation_runs_its_clients_on_every_node_of_an_existing_ray_cluster(
     ray_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(RAY_ADDRESS, ray_cluster)
-    on_cluster = _run(tmp_path, "cluster")
+    store = tmp_path / "store"  # shared by both Ray nodes: one machine
+    on_cluster = _run(tmp_path, "cluster", f"state-store=disk state-store-dir={store}")
     assert len(on_cluster) == 3
+    assert store.is_dir() and not any(store.iterdir())  # used, then removed
     seen = _probe(ray_cluster)
     actors: dict[str, int] = seen["actors"]  # type: ignore[assignment]
     assert len(seen["nodes"]) == 2  # type: ignore[arg-type]
     assert set(actors) == set(seen["nodes"])  # type: ignore[arg-type]  # a client actor on each
-    # The same run on the default backend (Ray started for it on this machine) records the
-    # same: where a client's actor runs changes nothing it computes.
+    # The same run on the default backend (Ray started for it on this machine), its clients'
+    # vectors in memory, records the same: where a client's actor runs and where it keeps its
+    # vectors change nothing it computes.
     monkeypatch.delenv(RAY_ADDRESS)
     assert _run(tmp_path, "default") == on_cluster

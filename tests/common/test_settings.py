@@ -36,7 +36,7 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
         (
             {"model": "vit"},
             "model = 'vit' is not allowed; allowed values: mlp, mlp-bn, cnn, resnet, mlp100, "
-            "cnn1d, cnn1d-bn, cnn1d-gn, or package.module:factory",
+            "cnn1d, cnn1d-bn, cnn1d-gn, mlp-11m, or package.module:factory",
         ),
         ({"model": "my models:vit"}, "model = 'my models:vit' is not allowed"),
         ({"server_uplink_mbps": -1.0}, "server-uplink-mbps must be >= 0"),
@@ -57,6 +57,8 @@ def test_unknown_key_is_named_with_the_allowed_keys() -> None:
         ({"learning_rate": float("nan")}, "learning-rate must be finite"),
         ({"device_mix": 3}, "device-mix must be a string"),
         ({"timing": "guessed"}, "allowed values: modelled, measured"),
+        ({"state_store": "cloud"}, "allowed values: auto, memory, disk"),
+        ({"state_store_dir": "scratch/store"}, "state-store-dir must be an absolute path"),
         ({"min_clients": -1}, "min-clients must be >= 0"),
         ({"min_clients": 11}, "min-clients (11) exceeds num-clients (10)"),
         ({"timing": "measured", "topology": "ring"}, "topology = 'ring' can only be modelled"),

@@ -1,20 +1,32 @@
 """The state store: vectors a simulated client keeps, in files instead of its context."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
-from compress.base import load_vector, store_vector, vectors_in_memory
+from compress.base import (
+    drop_vector,
+    load_vector,
+    store_vector,
+    vectors_in_memory,
+    vectors_into_store,
+)
 from compress.state_store import (
     AUTO,
     DISK,
     MEMORY,
+    OWNER,
     STORE_KEY,
     client_state_estimate,
     is_stored,
+    make_run_directory,
     node_directory,
+    sweep_abandoned,
     use_store,
     uses_disk,
 )
@@ -24,13 +36,41 @@ GIB = 1 << 30
 
 def test_auto_goes_to_disk_when_every_clients_vectors_could_exceed_a_quarter_of_memory() -> None:
     mlp, resnet18_size = 50_000, 11_000_000
-    assert client_state_estimate(1_000, resnet18_size) == 88_000_000_000  # the issue's 88 GB
-    assert not uses_disk(AUTO, 10_000, mlp, memory_bytes=24 * GIB)  # 4 GB of 24 GiB
-    assert uses_disk(AUTO, 10_000, mlp, memory_bytes=8 * GIB)  # the same run on a smaller host
-    assert uses_disk(AUTO, 100, resnet18_size, memory_bytes=24 * GIB)  # 8.8 GB
-    assert not uses_disk(AUTO, 10, resnet18_size, memory_bytes=24 * GIB)
-    assert uses_disk(DISK, 1, 1, memory_bytes=24 * GIB)
-    assert not uses_disk(MEMORY, 1_000, resnet18_size, memory_bytes=24 * GIB)
+    assert client_state_estimate(1_000, resnet18_size, compressed=True) == 88_000_000_000
+    assert client_state_estimate(1_000, resnet18_size, compressed=False) == 0  # dense: none
+    mlp_10k = client_state_estimate(10_000, mlp, compressed=True)  # 4 GB
+    assert not uses_disk(AUTO, mlp_10k, memory_bytes=24 * GIB)
+    assert uses_disk(AUTO, mlp_10k, memory_bytes=8 * GIB)  # the same run on a smaller host
+    assert uses_disk(AUTO, client_state_estimate(100, resnet18_size, True), 24 * GIB)  # 8.8 GB
+    assert not uses_disk(AUTO, client_state_estimate(10, resnet18_size, True), 24 * GIB)
+    assert uses_disk(DISK, 0, memory_bytes=24 * GIB)
+    assert not uses_disk(MEMORY, 10**12, memory_bytes=24 * GIB)
+
+
+def test_a_run_directory_whose_server_is_gone_is_swept(tmp_path: Path) -> None:
+    mine = tmp_path / "run-1"
+    make_run_directory(mine)  # this process owns it
+    assert (mine / OWNER).read_text() == str(os.getpid())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process id nobody has now
+    abandoned = tmp_path / "run-2"
+    abandoned.mkdir()
+    (abandoned / OWNER).write_text(str(gone.pid))
+    (abandoned / "partition-0").mkdir()
+    stranger = tmp_path / "run-3"  # no owner: not one of ours
+    stranger.mkdir()
+    assert sweep_abandoned(tmp_path) == [abandoned]
+    assert mine.is_dir() and stranger.is_dir() and not abandoned.exists()
+    make_run_directory(tmp_path / "run-4")  # making one sweeps too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-1", "run-3", "run-4"]
+
+
+def test_a_vector_is_written_only_in_a_run_directory_that_exists(tmp_path: Path) -> None:
+    state = RecordDict()
+    use_store(state, tmp_path / "run-9" / "partition-0")  # the run's directory is gone
+    with pytest.raises(FileNotFoundError):
+        store_vector(state, "replica", np.ones(3, dtype=np.float32))
+    assert not (tmp_path / "run-9").exists()
 
 
 def test_a_node_with_a_store_keeps_a_record_in_its_state_and_the_vector_in_a_file(
@@ -39,8 +79,9 @@ def test_a_node_with_a_store_keeps_a_record_in_its_state_and_the_vector_in_a_fil
     state = RecordDict()
     directory = node_directory(str(tmp_path), run_id=7, partition_id=3)
     assert directory == tmp_path / "run-7" / "partition-3"
+    directory.parent.mkdir()  # the server makes the run's directory
     use_store(state, directory)
-    vector = np.arange(1000, dtype=np.float32) / 7
+    vector = (np.arange(1000) / 7).astype(np.float32)
     store_vector(state, "ef-residual", vector)
     assert is_stored(state["ef-residual"]) and not isinstance(state["ef-residual"], ArrayRecord)
     assert (directory / "ef-residual.f32").stat().st_size == 4 * vector.size
@@ -52,6 +93,15 @@ def test_a_node_with_a_store_keeps_a_record_in_its_state_and_the_vector_in_a_fil
     # A checkpoint gets the vectors themselves and no store.
     held = vectors_in_memory(state)
     assert STORE_KEY not in held and isinstance(held["ef-residual"], ArrayRecord)
+    np.testing.assert_array_equal(load_vector(held, "ef-residual"), vector)  # type: ignore[arg-type]
+    # Dropped, a stored vector's file goes too.
+    drop_vector(state, "ef-residual")
+    assert "ef-residual" not in state and not (directory / "ef-residual.f32").exists()
+    # A restored state's vectors go into the store.
+    held["other"] = ArrayRecord()
+    use_store(held, directory)
+    vectors_into_store(held)
+    assert is_stored(held["ef-residual"]) and isinstance(held["other"], ArrayRecord)
     np.testing.assert_array_equal(load_vector(held, "ef-residual"), vector)  # type: ignore[arg-type]
     # Without a store, vectors stay in the state.
     use_store(state, None)

@@ -30,6 +30,7 @@ from server.checkpoint import (
     differing_keys,
     read_checkpoint,
 )
+from server.client_states import restore_client_states
 from server.records import read_rounds, without_wall_clock
 from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import CLIENT_STATE_DIR, CONFIG_KEY, SERVER_ROUND
@@ -57,7 +58,8 @@ class CrashingGrid(InProcessGrid):
 
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
         messages = list(messages)
-        rounds = {unpack(m.content).config_records[CONFIG_KEY][SERVER_ROUND] for m in messages}
+        configs = [unpack(m.content).config_records.get(CONFIG_KEY) for m in messages]
+        rounds = {c[SERVER_ROUND] for c in configs if c is not None}  # not identify queries
         if self.crash_round in rounds:
             raise Crash(f"power cut in round {self.crash_round}")
         return super().send_and_receive(messages, timeout=timeout)
@@ -92,6 +94,13 @@ RESUMED = {
     "allreduce-star": f"{DENSE} strategy=topk collective=allreduce leader=star",
     "nsga2-auto": TOPK,
     "scadles": f"configs/scadles.toml {DENSE}",
+    # beyond issue 40's five: a sample a round, low rank, data injection
+    "sampled": f"{DENSE} num-clients=4 clients-per-round=2 strategy=topk collective=allgather",
+    "powersgd": f"{DENSE} strategy=topk collective=powersgd powersgd-rank=2",
+    "injection": (
+        f"configs/scadles.toml configs/scadles-noniid-injection.toml {DENSE} "
+        "injection-alpha=0.5 injection-beta=0.5"
+    ),
 }
 
 
@@ -108,13 +117,17 @@ def test_a_resumed_run_records_what_the_uninterrupted_run_does(name: str, tmp_pa
     assert sorted(p.name for p in (resumed / CLIENT_STATE_DIR).iterdir()) == ["round-5"]
 
 
+VECTOR_KEYS = (RESIDUAL_KEY, REPLICA_KEY)
+
+
+@pytest.mark.parametrize("name", ["allgather", "allreduce-star", "powersgd", "sampled"])
 def test_clients_with_their_vectors_on_disk_record_what_they_do_in_memory_and_resume(
-    tmp_path: Path,
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """state-store = disk: every residual and replica goes through a file, the run records what
-    it does with them in memory, and its checkpoint holds the vectors (the store is removed
-    when a run ends, crashed or not)."""
-    in_memory = RESUMED["allgather"]
+    """state-store = disk: every residual, replica and held value goes through a file, the run
+    records what it does with them in memory, its checkpoint holds the vectors, a resumed run
+    puts them back on disk, and a run removes its store when it ends, crashed or not."""
+    in_memory = RESUMED[name]
     store = tmp_path / "store"
     on_disk = f"{in_memory} state-store=disk state-store-dir={store}"
     run_server_app(InProcessGrid(_settings(in_memory, tmp_path / "memory")))
@@ -122,10 +135,27 @@ def test_clients_with_their_vectors_on_disk_record_what_they_do_in_memory_and_re
     run_server_app(grid)
     assert _rows(tmp_path / "whole") == _rows(tmp_path / "memory")
     for context in grid.contexts.values():  # records in the contexts, not vectors
-        assert is_stored(context.state[RESIDUAL_KEY]) and is_stored(context.state[REPLICA_KEY])
+        kept = [context.state[k] for k in VECTOR_KEYS if k in context.state]
+        assert kept and all(is_stored(record) for record in kept)
     assert store.is_dir() and not any(store.iterdir())  # the run's directory removed
-    resumed = _crash_then_resume(on_disk, tmp_path, crash_round=4)
-    assert _rows(resumed) == _rows(tmp_path / "memory")
+
+    stopped = tmp_path / "stopped"
+    with pytest.raises(Crash):
+        run_server_app(CrashingGrid(_settings(f"{on_disk} checkpoint-every=2", stopped), 4))
+    assert not any(store.iterdir())  # removed by the crashed run too
+    resumed = InProcessGrid(_settings(f"{on_disk} resume-from={stopped}", stopped), 500)
+    restored = {}
+
+    def spy(grid: Any, *args: Any) -> set[int]:  # what the nodes hold once they took it back
+        taken = restore_client_states(grid, *args)
+        restored.update({n: dict(c.state) for n, c in resumed.contexts.items()})
+        return taken
+
+    monkeypatch.setattr(server_app, "restore_client_states", spy)
+    run_server_app(resumed)
+    assert _rows(stopped) == _rows(tmp_path / "memory")
+    vectors = [state[k] for state in restored.values() for k in VECTOR_KEYS if k in state]
+    assert vectors and all(is_stored(record) for record in vectors)  # none back in memory
 
 
 def test_a_device_keeps_its_vectors_itself_whatever_the_store_says(
