@@ -3,7 +3,7 @@ replica, values held between phases) in files on disk instead of in its ``contex
 
 Flower's simulation keeps every node's context in the driver's memory and ships it to an actor
 with each message: 1,000 clients of an 11 M-parameter model, each with a residual and a
-replica, would hold ~88 GB there. With the store on, each such vector is one file per
+replica, would hold 89 GB there. With the store on, each such vector is one file per
 (partition, key) under the run's directory, the context keeps a small record in its place, and
 a round reads and writes only its own clients' files.
 
@@ -20,8 +20,10 @@ file system (Flower's simulation; on a Ray cluster, ``state-store-dir`` must be 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -33,10 +35,16 @@ STORE_KEY = "state-store"  # in context.state: where this node's stored vectors 
 STORE_DIRECTORY = "directory"
 STORED_ENTRIES = "stored-entries"  # a stored vector's record: how many float32 entries it has
 DEFAULT_ROOT = "edgeflex-state"  # under the system's temporary directory
-OWNER = "owner.pid"  # in a run's directory: the server process that made it
+OWNER = "owner.json"  # in a run's directory: [host, pid] of the server process that made it
 KEPT_VECTORS = 2  # a compressed client's residual and replica, kept between rounds
 MEMORY_SHARE = 0.25  # auto: the store is used when the estimate exceeds this share of memory
-CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")  # a container's or a job's memory (cgroup v2)
+PROC_CGROUP = Path("/proc/self/cgroup")  # which cgroups this process is in
+CGROUPS = Path("/sys/fs/cgroup")
+# a container's or a job's memory limit: cgroup v2 ("0::path"), or v1's memory controller
+CGROUP_LIMITS = {
+    "": (CGROUPS, "memory.max"),
+    "memory": (CGROUPS / "memory", "memory.limit_in_bytes"),
+}
 
 AUTO, MEMORY, DISK = "auto", "memory", "disk"
 STATE_STORES = (AUTO, MEMORY, DISK)
@@ -59,13 +67,29 @@ def node_directory(store_dir: str, run_id: int, partition_id: int) -> Path:
 
 
 def usable_memory_bytes() -> int:
-    """The machine's memory, or the cgroup's limit when that is lower."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The machine's memory, or the smallest memory limit of this process's cgroups when
+    that is lower (v2's ``memory.max``, v1's ``memory.limit_in_bytes``, up to the root)."""
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
     try:
-        limit = CGROUP_LIMIT.read_text().strip()
+        lines = PROC_CGROUP.read_text().splitlines()
     except OSError:
-        return physical
-    return min(physical, int(limit)) if limit.isdigit() else physical
+        return limits[0]
+    for line in lines:  # "0::/path" (v2) or "N:memory:/path" (v1)
+        _, controllers, path = line.split(":", 2)
+        if controllers not in CGROUP_LIMITS:
+            continue
+        mount, name = CGROUP_LIMITS[controllers]
+        group = mount / path.lstrip("/")
+        for directory in (group, *group.parents):
+            try:
+                limit = (directory / name).read_text().strip()
+            except OSError:
+                limit = ""
+            if limit.isdigit():
+                limits.append(int(limit))
+            if directory == mount:
+                break
+    return min(limits)
 
 
 def client_state_estimate(num_clients: int, parameters: int, compressed: bool) -> int:
@@ -82,26 +106,41 @@ def uses_disk(mode: str, estimate: int, memory_bytes: int) -> bool:
 
 
 def make_run_directory(run: Path) -> None:
-    """The run's directory, owned by this process (its clients look for it); first the
-    directories of runs whose server is gone (stopped by a signal, its clean-up never ran)."""
+    """The run's directory, owned by this process (its clients look for it). Another live
+    process's is refused (one run id, two runs); one whose owner is gone is replaced."""
     sweep_abandoned(run.parent)
+    owner = _owner(run)
+    if owner is not None and owner != _me() and (owner[0] != _me()[0] or _alive(owner[1])):
+        raise RuntimeError(f"{run} belongs to process {owner[1]} on {owner[0]}, not gone")
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(mode=0o700, parents=True)
-    (run / OWNER).write_text(str(os.getpid()))
+    (run / OWNER).write_text(json.dumps(list(_me())))
 
 
 def sweep_abandoned(root: Path) -> list[Path]:
-    """Remove the run directories under ``root`` whose owner process is gone; those removed."""
+    """Remove the run directories under ``root`` made on this machine by a process that is
+    gone (a run stopped by a signal exits without its clean-up); those removed. Another
+    machine's (a shared state-store-dir) are left to it."""
     removed = []
     for run in root.glob("run-*"):
-        try:
-            owner = int((run / OWNER).read_text())
-        except (OSError, ValueError):
-            continue  # not one of ours, or being made
-        if not _alive(owner):
+        owner = _owner(run)
+        if owner is not None and owner[0] == _me()[0] and not _alive(owner[1]):
             shutil.rmtree(run, ignore_errors=True)
             removed.append(run)
     return removed
+
+
+def _me() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()
+
+
+def _owner(run: Path) -> tuple[str, int] | None:
+    """(host, pid) of the process that made ``run``; None if it is not one of ours."""
+    try:
+        host, pid = json.loads((run / OWNER).read_text())
+        return str(host), int(pid)
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -151,6 +190,12 @@ def write_stored(directory: Path, key: str, vector: Vector) -> ConfigRecord:
         f.write(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
     os.replace(partial, _file(directory, key))
     return ConfigRecord({STORED_ENTRIES: int(vector.size)})
+
+
+def stored_clients(run: Path) -> tuple[int, int]:
+    """(clients with a directory, bytes of their files) in a run's store."""
+    clients = [d for d in run.glob("partition-*") if d.is_dir()]
+    return len(clients), sum(f.stat().st_size for d in clients for f in d.glob("*.f32"))
 
 
 def remove_stored(state: RecordDict, key: str) -> None:

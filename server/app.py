@@ -25,6 +25,9 @@ from compress.state_store import (
     client_state_estimate,
     make_run_directory,
     run_directory,
+    store_root,
+    stored_clients,
+    sweep_abandoned,
     usable_memory_bytes,
     uses_disk,
 )
@@ -166,6 +169,8 @@ def _state_store(
         if settings.state_store == DISK:
             log(WARNING, "edgeflex: state-store = disk is for simulation; devices keep theirs")
         return None
+    sweep_abandoned(store_root(settings.state_store_dir))  # stopped runs' (a directory left
+    # with this run's id would tell its clients to use a store)
     compressed = COLLECTIVE_OF_STRATEGY[settings.strategy](settings) != Dense.name
     estimate = client_state_estimate(settings.num_clients, parameters, compressed)
     memory = usable_memory_bytes()
@@ -187,6 +192,14 @@ def _state_store(
     if estimate > free:
         log(WARNING, "edgeflex: the state store can outgrow the free disk if every client trains")
     return store
+
+
+def _remove_store(store: Path) -> None:
+    """Say what the clients kept in the store (none: they could not see it), then remove it."""
+    clients, stored = stored_clients(store)
+    level = INFO if clients else WARNING
+    log(level, "edgeflex: the state store held %d clients' vectors, %.1f MB", clients, stored / 1e6)
+    shutil.rmtree(store, ignore_errors=True)
 
 
 @app.main()
@@ -337,7 +350,7 @@ def main(grid: Grid, context: Context) -> None:
         if wake_ups is not None:
             wake_ups.close()
         if store is not None:  # the run's scratch: a checkpoint holds the vectors themselves
-            shutil.rmtree(store, ignore_errors=True)
+            _remove_store(store)
     summary = recorder.finish()
     log(
         INFO,

@@ -168,9 +168,10 @@ def _values(action: ClientAction) -> ArrayRecord:
     index_set = index_set_of(action.content, held.size)
     if index_set is None:
         raise ValueError("values request without an index set")
-    drop_vector(action.state, PENDING_KEY)
+    encoded = send_at(action.state, held, index_set, action.compressor, action.rng)
+    drop_vector(action.state, PENDING_KEY)  # once sent: a failure before keeps it
     action.state.pop(OWN_INDICES_KEY, None)
-    return ArrayRecord(send_at(action.state, held, index_set, action.compressor, action.rng).arrays)
+    return ArrayRecord(encoded.arrays)
 
 
 # --- server half -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -135,7 +136,11 @@ def test_a_simulation_runs_its_clients_on_every_node_of_an_existing_ray_cluster(
     store = tmp_path / "store"  # shared by both Ray nodes: one machine
     on_cluster = _run(tmp_path, "cluster", f"state-store=disk state-store-dir={store}")
     assert len(on_cluster) == 3
-    assert store.is_dir() and not any(store.iterdir())  # used, then removed
+    assert store.is_dir() and not any(store.iterdir())  # removed at the end
+    held = re.search(
+        r"state store held (\d+) clients' vectors", (tmp_path / "cluster.log").read_text()
+    )
+    assert held is not None and int(held.group(1)) == 4  # the actors wrote there, on both nodes
     seen = _probe(ray_cluster)
     actors: dict[str, int] = seen["actors"]  # type: ignore[assignment]
     assert len(seen["nodes"]) == 2  # type: ignore[arg-type]

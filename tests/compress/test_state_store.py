@@ -1,6 +1,8 @@
 """The state store: vectors a simulated client keeps, in files instead of its context."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
+from compress import state_store
 from compress.base import (
     drop_vector,
     load_vector,
@@ -47,22 +50,60 @@ def test_auto_goes_to_disk_when_every_clients_vectors_could_exceed_a_quarter_of_
     assert not uses_disk(MEMORY, 10**12, memory_bytes=24 * GIB)
 
 
+def test_auto_reads_the_smallest_memory_limit_of_the_processs_cgroups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    (v2 / "slurm" / "job").mkdir(parents=True)
+    (v2 / "slurm" / "memory.max").write_text(f"{3 * GIB}\n")
+    (v2 / "slurm" / "job" / "memory.max").write_text("max\n")  # no limit of its own
+    (v1 / "docker").mkdir(parents=True)
+    (v1 / "docker" / "memory.limit_in_bytes").write_text(f"{5 * GIB}\n")
+    monkeypatch.setattr(
+        state_store,
+        "CGROUP_LIMITS",
+        {"": (v2, "memory.max"), "memory": (v1, "memory.limit_in_bytes")},
+    )
+    cgroups = tmp_path / "cgroup"
+    monkeypatch.setattr(state_store, "PROC_CGROUP", cgroups)
+    cgroups.write_text("0::/slurm/job\n")
+    assert state_store.usable_memory_bytes() == 3 * GIB  # the parent's limit holds
+    cgroups.write_text("4:memory:/docker\n0::/\n")
+    assert state_store.usable_memory_bytes() == 5 * GIB
+    cgroups.write_text("0::/elsewhere\n")  # no limit anywhere: the machine's memory
+    assert state_store.usable_memory_bytes() > 5 * GIB
+
+
+def _owned_by(run: Path, host: str, pid: int) -> Path:
+    run.mkdir()
+    (run / OWNER).write_text(json.dumps([host, pid]))
+    return run
+
+
 def test_a_run_directory_whose_server_is_gone_is_swept(tmp_path: Path) -> None:
+    here = socket.gethostname()
     mine = tmp_path / "run-1"
     make_run_directory(mine)  # this process owns it
-    assert (mine / OWNER).read_text() == str(os.getpid())
+    assert json.loads((mine / OWNER).read_text()) == [here, os.getpid()]
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process id nobody has now
-    abandoned = tmp_path / "run-2"
-    abandoned.mkdir()
-    (abandoned / OWNER).write_text(str(gone.pid))
+    abandoned = _owned_by(tmp_path / "run-2", here, gone.pid)
     (abandoned / "partition-0").mkdir()
     stranger = tmp_path / "run-3"  # no owner: not one of ours
     stranger.mkdir()
+    elsewhere = _owned_by(tmp_path / "run-5", "another-host", gone.pid)  # a shared directory
     assert sweep_abandoned(tmp_path) == [abandoned]
-    assert mine.is_dir() and stranger.is_dir() and not abandoned.exists()
+    assert mine.is_dir() and stranger.is_dir() and elsewhere.is_dir() and not abandoned.exists()
     make_run_directory(tmp_path / "run-4")  # making one sweeps too
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-1", "run-3", "run-4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-1", "run-3", "run-4", "run-5"]
+
+
+def test_a_run_directory_another_live_process_owns_is_refused(tmp_path: Path) -> None:
+    parent = _owned_by(tmp_path / "run-7", socket.gethostname(), os.getppid())
+    with pytest.raises(RuntimeError, match=f"belongs to process {os.getppid()}"):
+        make_run_directory(parent)
+    with pytest.raises(RuntimeError, match="on another-host, not gone"):
+        make_run_directory(_owned_by(tmp_path / "run-8", "another-host", 1))
 
 
 def test_a_vector_is_written_only_in_a_run_directory_that_exists(tmp_path: Path) -> None:
