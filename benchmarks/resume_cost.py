@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from commands.run import run as run_simulation
+from commands.run_config import parse_overrides
 from common.settings import PROJECT_ROOT
 from server.checkpoint import CHECKPOINT_NAME
 from server.records import read_rounds, without_wall_clock
@@ -35,18 +36,13 @@ SAVED = re.compile(r"clients saved their state \((?P<mb>[\d.]+) MB\) in (?P<s>[\
 RESTORED = re.compile(r"took their state of round \d+ back in (?P<s>[\d.]+) s")
 
 
-def run(config: str, out: Path) -> float:
-    """One run of ``config`` into ``out``; its launch-to-exit seconds."""
+def run(config: str, out: Path, log: Path) -> float:
+    """One run of ``config`` into ``out``, its output in ``log``; its launch-to-exit seconds."""
     began = time.perf_counter()
-    with (out.parent / f"{out.name}.log").open("wb") as log:
-        code = subprocess.call(
-            [sys.executable, "-m", "commands.run", "--run-config", f"{config} results-dir={out}"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    with log.open("w") as stream:
+        code, _ = run_simulation(parse_overrides(f"{config} results-dir={out}"), stream_to=stream)
     if code != 0:
-        raise RuntimeError(f"the run failed (exit {code}); see {out}.log")
+        raise RuntimeError(f"the run failed (exit {code}); see {log}")
     return time.perf_counter() - began
 
 
@@ -69,11 +65,16 @@ def measure(mode: str, rounds: int, tmp: Path) -> dict[str, Any]:
     config = f"{MODES[mode]} {COMMON} num-server-rounds={rounds}"
     half = rounds // 2
     whole, stopped = tmp / f"{mode}-whole", tmp / f"{mode}-stopped"
-    whole_s = run(config, whole)
-    stop_s = run(f"{config} num-server-rounds={half} checkpoint-every={half}", stopped)
-    resume_s = run(f"{config} checkpoint-every={half} resume-from={stopped}", stopped)
-    saved = _last(SAVED, stopped / "flower.log")  # the last checkpoint's
-    restored = _last(RESTORED, stopped / "flower.log")
+    resumed_log = tmp / f"{mode}-resumed.log"
+    whole_s = run(config, whole, tmp / f"{mode}-whole.log")
+    stop_s = run(
+        f"{config} num-server-rounds={half} checkpoint-every={half}",
+        stopped,
+        tmp / f"{mode}-stopped.log",
+    )
+    resume_s = run(f"{config} checkpoint-every={half} resume-from={stopped}", stopped, resumed_log)
+    saved = _last(SAVED, resumed_log)  # the last checkpoint's
+    restored = _last(RESTORED, resumed_log)
     differs = first_difference(read_rounds(stopped), read_rounds(whole))
     return {
         "identical": "yes" if differs is None else f"no, from round {differs}",

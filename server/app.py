@@ -169,12 +169,13 @@ def _state_store(
         if settings.state_store == DISK:
             log(WARNING, "edgeflex: state-store = disk is for simulation; devices keep theirs")
         return None
-    sweep_abandoned(store_root(settings.state_store_dir))  # stopped runs' (a directory left
-    # with this run's id would tell its clients to use a store)
     compressed = COLLECTIVE_OF_STRATEGY[settings.strategy](settings) != Dense.name
     estimate = client_state_estimate(settings.num_clients, parameters, compressed)
     memory = usable_memory_bytes()
     if not uses_disk(settings.state_store, estimate, memory):
+        # stopped runs' directories go (one left with this run's id would tell its clients
+        # to use a store); making the run's directory sweeps them too
+        sweep_abandoned(store_root(settings.state_store_dir))
         return None
     store = run_directory(settings.state_store_dir, run_id)
     make_run_directory(store)
