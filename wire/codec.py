@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from io import BytesIO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
 from wire.keys import INDICES, MASK, NUMPY_STYPE, RAW_STYPE, VALUES
@@ -54,6 +54,13 @@ def clip(text: object, limit: int = 80) -> str:
     """``str(text)`` cut to ``limit`` characters."""
     text = str(text)
     return text if len(text) <= limit else f"{text[: limit - 5]}...({len(text)} chars)"
+
+
+def array_record(content: RecordDict, key: str) -> ArrayRecord:
+    """The ArrayRecord ``key`` of a message; PayloadError when it has none."""
+    if key not in content.array_records:
+        raise PayloadError(f"ArrayRecord {key!r} is missing")
+    return content.array_records[key]
 
 
 def read_raw(record: ArrayRecord, name: str, dtype: str) -> NDArray[np.generic]:

@@ -24,12 +24,27 @@ from numpy.typing import NDArray
 from wire.codec import (
     PayloadError,
     Sparse,
+    array_record,
     decode_indices,
     indices_record,
     load_numpy,
     read_raw,
     short,
     values_record,
+)
+from wire.fields import (
+    all_or_none,
+    config_record,
+    flag,
+    integer,
+    metric_record,
+    no_booleans,
+    number,
+    one_of,
+    optional_integers,
+    optional_number,
+    text,
+    within,
 )
 from wire.keys import (
     ARRAYS_KEY,
@@ -91,26 +106,6 @@ Vector = NDArray[np.float32]
 Indices = NDArray[np.int64]
 
 
-def _config(content: RecordDict) -> ConfigRecord:
-    if CONFIG_KEY not in content.config_records:
-        raise ValueError(f"missing ConfigRecord {CONFIG_KEY!r}")
-    return content.config_records[CONFIG_KEY]
-
-
-def _integer(record: Mapping[str, Any], key: str) -> int:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key} {value!r} is not an integer")
-    return value
-
-
-def _number(record: Mapping[str, Any], key: str) -> float:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{key} {value!r} is not a finite number")
-    return float(value)
-
-
 # --- instructions ----------------------------------------------------------------------------
 
 
@@ -145,20 +140,16 @@ class RoundConfig:
 
     @classmethod
     def parse(cls, config: ConfigRecord) -> RoundConfig:
-        sharers = config.get(INJECT_PARTITIONS)
-        if sharers is not None and (
-            not isinstance(sharers, list) or not all(isinstance(p, int) for p in sharers)
-        ):
-            raise ValueError(f"{INJECT_PARTITIONS} {sharers!r} is not a list of integers")
+        sharers = optional_integers(config, INJECT_PARTITIONS)
         return cls(
-            server_round=_integer(config, SERVER_ROUND),
-            learning_rate=_number(config, LEARNING_RATE),
-            local_steps=_integer(config, LOCAL_STEPS),
-            batch_size=_integer(config, BATCH_SIZE),
-            seed=_integer(config, SEED),
-            round_start_s=_number(config, ROUND_START_S),
-            inject_partitions=None if sharers is None else tuple(sharers),  # type: ignore[arg-type]
-            inject_beta=_number(config, INJECT_BETA) if INJECT_BETA in config else None,
+            server_round=integer(config, SERVER_ROUND),
+            learning_rate=number(config, LEARNING_RATE),
+            local_steps=integer(config, LOCAL_STEPS),
+            batch_size=integer(config, BATCH_SIZE),
+            seed=integer(config, SEED),
+            round_start_s=number(config, ROUND_START_S),
+            inject_partitions=sharers,
+            inject_beta=optional_number(config, INJECT_BETA),
         )
 
 
@@ -180,7 +171,7 @@ class CompressionConfig:
     def parse(cls, config: ConfigRecord) -> CompressionConfig | None:
         if COMPRESSION_RATIO not in config:
             return None
-        ratio = _number(config, COMPRESSION_RATIO)
+        ratio = number(config, COMPRESSION_RATIO)
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"{COMPRESSION_RATIO} {ratio} is not in (0, 1]")
         return cls(
@@ -239,33 +230,25 @@ class ReplicaPayload:
     @classmethod
     def parse(cls, config: ConfigRecord, content: RecordDict, size: int) -> ReplicaPayload:
         """``size``: the model's length."""
-        kind = config.get(PAYLOAD)
-        if kind not in PAYLOADS:
-            raise ValueError(f"{PAYLOAD} {kind!r} is not one of {', '.join(PAYLOADS)}")
-        version = _integer(config, MODEL_VERSION)
+        kind = one_of(config, PAYLOAD, PAYLOADS)
+        version = integer(config, MODEL_VERSION)
         if kind == FULL:
-            if MODEL_KEY not in content.array_records:
-                raise PayloadError(f"ArrayRecord {MODEL_KEY!r} is missing")
-            full = read_raw(content.array_records[MODEL_KEY], VALUES, "float32")
+            full = read_raw(array_record(content, MODEL_KEY), VALUES, "float32")
             return cls(FULL, version, full=full.astype(np.float32))
         if kind == DELTA:
-            if _integer(config, BASE_VERSION) != version - 1:
+            if integer(config, BASE_VERSION) != version - 1:
                 raise ValueError(f"{BASE_VERSION} must be {MODEL_VERSION} - 1")
-            if DELTA_KEY not in content.array_records:
-                raise PayloadError(f"ArrayRecord {DELTA_KEY!r} is missing")
-            record = content.array_records[DELTA_KEY]
+            record = array_record(content, DELTA_KEY)
             if FACTORED_TABLE in record:
                 return cls(DELTA, version, compact=record)
             return cls(DELTA, version, delta=Sparse.from_record(record, size))
         if kind == PATCH:
-            base = _integer(config, BASE_VERSION)
+            base = integer(config, BASE_VERSION)
             if not 0 <= base < version:
                 raise ValueError(f"{BASE_VERSION} {base} must be in 0..{MODEL_VERSION} - 1")
-            if PATCH_KEY not in content.array_records:
-                raise PayloadError(f"ArrayRecord {PATCH_KEY!r} is missing")
-            patch = Sparse.from_record(content.array_records[PATCH_KEY], size)
+            patch = Sparse.from_record(array_record(content, PATCH_KEY), size)
             return cls(PATCH, version, patch=patch, base=base)
-        return cls(str(kind), version)
+        return cls(kind, version)
 
 
 @dataclass(frozen=True)
@@ -285,12 +268,11 @@ class TrainInstruction:
     @classmethod
     def parse(cls, content: RecordDict, size: int) -> TrainInstruction:
         """``size``: the model's length, as the client builds it."""
-        config = _config(content)
+        config = config_record(content, CONFIG_KEY)
         compression = CompressionConfig.parse(config)
         if compression is None:
-            if ARRAYS_KEY not in content.array_records:
-                raise PayloadError(f"ArrayRecord {ARRAYS_KEY!r} is missing")
-            return cls(RoundConfig.parse(config), dense_model=content.array_records[ARRAYS_KEY])
+            dense_model = array_record(content, ARRAYS_KEY)  # refused before the round's config
+            return cls(RoundConfig.parse(config), dense_model=dense_model)
         return cls(
             RoundConfig.parse(config),
             replica=ReplicaPayload.parse(config, content, size),
@@ -315,13 +297,10 @@ class TrainInstruction:
 
 def count_in(content: RecordDict, key: str, most: int) -> int:
     """An instruction's count ``key`` in 0..``most`` (0 when absent)."""
-    config = _config(content)
+    config = config_record(content, CONFIG_KEY)
     if key not in config:
         return 0
-    count = _integer(config, key)
-    if not 0 <= count <= most:
-        raise ValueError(f"{key} {count} is not in 0..{most}")
-    return count
+    return within(key, integer(config, key), 0, most)
 
 
 def index_set_of(content: RecordDict, size: int) -> Indices | None:
@@ -349,21 +328,11 @@ class PhaseRequest:
 
     @classmethod
     def parse(cls, content: RecordDict) -> PhaseRequest:
-        config = _config(content)
-        return cls(_integer(config, SERVER_ROUND), _number(config, COMPRESSION_RATIO))
+        config = config_record(content, CONFIG_KEY)
+        return cls(integer(config, SERVER_ROUND), number(config, COMPRESSION_RATIO))
 
 
 # --- replies ---------------------------------------------------------------------------------
-
-
-def _all_or_none(metrics: Mapping[str, Any], keys: tuple[str, ...], what: str) -> bool:
-    """True if ``metrics`` has every key, False if none; ValueError names the missing ones."""
-    missing = [key for key in keys if key not in metrics]
-    if len(missing) == len(keys):
-        return False
-    if missing:
-        raise ValueError(f"{what} incomplete: {', '.join(sorted(missing))} missing")
-    return True
 
 
 def only_known(content: RecordDict, arrays: frozenset[str], metrics: frozenset[str]) -> None:
@@ -400,13 +369,9 @@ class LiveCounts:
     @classmethod
     def parse(cls, metrics: Mapping[str, Any]) -> LiveCounts | None:
         """None when the reply carries none; ValueError names a bad or inconsistent one."""
-        if not _all_or_none(metrics, LIVE_METRICS, "live stream counts"):
+        if not all_or_none(metrics, LIVE_METRICS, "live stream counts"):
             return None
-        for key in LIVE_METRICS:
-            value = metrics[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} {value!r} is not an integer >= 0")
-        counts = cls(*(int(metrics[key]) for key in LIVE_METRICS))
+        counts = cls(*(integer(metrics, key, least=0) for key in LIVE_METRICS))
         accounted = counts.trained + counts.dropped + counts.buffered
         if accounted != counts.received:
             raise ValueError(
@@ -442,25 +407,15 @@ class StreamReport:
     @classmethod
     def parse(cls, metrics: Mapping[str, Any]) -> StreamReport | None:
         """None when the reply carries no stream metrics; ValueError names a bad one."""
-        if not _all_or_none(metrics, STREAM_METRICS, "stream metrics"):
+        if not all_or_none(metrics, STREAM_METRICS, "stream metrics"):
             return None
-        rate, wait = metrics[STREAM_RATE], metrics[WAIT_S]
-        if isinstance(rate, bool) or isinstance(wait, bool):
-            raise ValueError(f"{STREAM_RATE} and {WAIT_S} must be numbers, not booleans")
-        if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
-            raise ValueError(f"{STREAM_RATE} {rate!r} is not a finite number > 0")
-        if not isinstance(wait, int | float) or not math.isfinite(wait) or wait < 0:
-            raise ValueError(f"{WAIT_S} {wait!r} is not a finite number >= 0")
-        counts = {key: metrics[key] for key in (BUFFER_SAMPLES, BUFFER_BYTES, STREAM_SAMPLES)}
-        for key, value in counts.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} {value!r} is not an integer >= 0")
+        no_booleans(metrics, (STREAM_RATE, WAIT_S), "numbers")
         return cls(
-            float(rate),
-            float(wait),
-            counts[BUFFER_SAMPLES],
-            counts[BUFFER_BYTES],
-            counts[STREAM_SAMPLES],
+            number(metrics, STREAM_RATE, above=0),
+            number(metrics, WAIT_S, least=0),
+            integer(metrics, BUFFER_SAMPLES, least=0),
+            integer(metrics, BUFFER_BYTES, least=0),
+            integer(metrics, STREAM_SAMPLES, least=0),
             LiveCounts.parse(metrics),
         )
 
@@ -588,31 +543,19 @@ class TrainReply:
         ``arrays``: the records a reply may carry; ``collective_metrics``: the names of the
         collective's own metrics (finite numbers here, the collective checks the rest)."""
         only_known(content, arrays, TRAIN_REPLY_METRICS | collective_metrics)
-        if METRICS_KEY not in content.metric_records:
-            raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
-        metrics = content.metric_records[METRICS_KEY]
+        metrics = metric_record(content, METRICS_KEY)
         for key in (NUM_EXAMPLES, PARTITION_ID, TRAIN_LOSS):
             if key not in metrics:
                 raise ValueError(f"metric {key!r} missing")
-        partition_id, num_examples = metrics[PARTITION_ID], metrics[NUM_EXAMPLES]
-        if isinstance(partition_id, bool) or isinstance(num_examples, bool):
-            raise ValueError("partition-id and num-examples must be integers, not booleans")
-        if not isinstance(partition_id, int) or not 0 <= partition_id < num_clients:
-            raise ValueError(
-                f"partition-id {partition_id!r} is not an integer in 0..{num_clients - 1}"
-            )
-        if not isinstance(num_examples, int) or num_examples <= 0:
-            raise ValueError(f"num-examples {num_examples!r} is not a positive integer")
-        loss = metrics[TRAIN_LOSS]
-        if isinstance(loss, bool) or not isinstance(loss, int | float):
-            raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
-        if not math.isfinite(loss) or loss < 0:  # a cross-entropy is >= 0
-            raise ValueError(f"train-loss {loss!r} is not a finite number >= 0")
+        no_booleans(metrics, (PARTITION_ID, NUM_EXAMPLES), "integers")
+        partition_id = integer(metrics, PARTITION_ID, least=0, most=num_clients - 1)
+        num_examples = integer(metrics, NUM_EXAMPLES, least=1, what="a positive integer")
+        loss = number(metrics, TRAIN_LOSS, least=0)  # a cross-entropy is >= 0
         records = content.array_records
         return cls(
             partition_id=partition_id,
             num_examples=num_examples,
-            train_loss=float(loss),
+            train_loss=loss,
             stream=StreamReport.parse(metrics),
             update=records.get(ARRAYS_KEY),
             sparse=records.get(SPARSE_KEY),
@@ -625,7 +568,7 @@ class TrainReply:
                 if name not in (ARRAYS_KEY, SPARSE_KEY, INJECT_KEY)
             },
             collective_metrics={
-                name: _number(metrics, name) for name in collective_metrics if name in metrics
+                name: number(metrics, name) for name in collective_metrics if name in metrics
             },
         )
 
@@ -633,18 +576,13 @@ class TrainReply:
 def compress_s_of(content: RecordDict, most: float = math.inf) -> float | None:
     """A reply's compress-s (None when it has none); ValueError when it is not a time of at
     most ``most`` seconds."""
-    if METRICS_KEY not in content.metric_records:
+    metrics = content.metric_records.get(METRICS_KEY)
+    if metrics is None or metrics.get(COMPRESS_S) is None:
         return None
-    value = content.metric_records[METRICS_KEY].get(COMPRESS_S)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"compress-s {value!r} is not a non-negative number")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"compress-s {value!r} is not a non-negative number")
+    value = number(metrics, COMPRESS_S, least=0, what="a non-negative number")
     if value > most:
-        raise ValueError(f"compress-s {value:g} exceeds the longest possible, {most:g} s")
-    return float(value)
+        raise ValueError(f"{COMPRESS_S} {value:g} exceeds the longest possible, {most:g} s")
+    return value
 
 
 @dataclass(frozen=True)
@@ -679,14 +617,8 @@ def identity_content(partition_id: int) -> RecordDict:
 
 def parse_identity(content: RecordDict, num_clients: int) -> int:
     """The partition id of an identify reply; ValueError naming what is wrong."""
-    if METRICS_KEY not in content.metric_records:
-        raise ValueError(f"missing MetricRecord {METRICS_KEY!r}")
-    partition_id = content.metric_records[METRICS_KEY].get(PARTITION_ID)
-    if isinstance(partition_id, bool) or not isinstance(partition_id, int):
-        raise ValueError(f"{PARTITION_ID} {partition_id!r} is not an integer")
-    if not 0 <= partition_id < num_clients:
-        raise ValueError(f"{PARTITION_ID} {partition_id} is not in 0..{num_clients - 1}")
-    return partition_id
+    metrics = metric_record(content, METRICS_KEY)
+    return within(PARTITION_ID, integer(metrics, PARTITION_ID), 0, num_clients - 1)
 
 
 @dataclass(frozen=True)
@@ -702,11 +634,9 @@ class StateRequest:
 
     @classmethod
     def parse(cls, content: RecordDict) -> StateRequest:
-        config = _config(content)
-        directory = config.get(STATE_DIR)
-        if not isinstance(directory, str) or not directory:
-            raise ValueError(f"{STATE_DIR} {directory!r} is not a directory")
-        return cls(_integer(config, SERVER_ROUND), directory)
+        config = config_record(content, CONFIG_KEY)
+        directory = text(config, STATE_DIR, what="a directory")
+        return cls(integer(config, SERVER_ROUND), directory)
 
 
 def state_reply(partition_id: int, restored: bool) -> RecordDict:
@@ -719,7 +649,4 @@ def state_reply(partition_id: int, restored: bool) -> RecordDict:
 def parse_state_reply(content: RecordDict, num_clients: int) -> tuple[int, bool]:
     """(partition id, restored) of a state reply; ValueError naming what is wrong."""
     partition_id = parse_identity(content, num_clients)
-    restored = content.metric_records[METRICS_KEY].get(RESTORED)
-    if restored not in (0, 1) or isinstance(restored, bool):
-        raise ValueError(f"{RESTORED} {restored!r} is not 0 or 1")
-    return partition_id, bool(restored)
+    return partition_id, flag(content.metric_records[METRICS_KEY], RESTORED)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from wire.fields import is_number
 from wire.keys import ADAPTIVE_RATIO, GAIN_GRID, REPORT_GAIN, RESIDUAL_SHARE
 
 Report = list[float] | float  # a reply's report
@@ -24,8 +25,7 @@ def _gain_grid(value: Any) -> Report:
 
 
 def _share(value: Any) -> Report:
-    valid = isinstance(value, int | float) and not isinstance(value, bool)
-    if not valid or not 0.0 <= value <= 1.0 or not math.isfinite(value):
+    if not is_number(value) or not 0.0 <= value <= 1.0 or not math.isfinite(value):
         raise ValueError(f"{RESIDUAL_SHARE} {value!r} is not a number in [0, 1]")
     return float(value)
 
@@ -39,8 +39,7 @@ def _asked(value: Any) -> Parameter | None:
 
 def _ratio(value: Any) -> Parameter | None:
     """A request whose parameter is a compression ratio in (0, 1]."""
-    valid = isinstance(value, int | float) and not isinstance(value, bool)
-    if not valid or not 0.0 < value <= 1.0:
+    if not is_number(value) or not 0.0 < value <= 1.0:
         raise ValueError(f"{value!r} is not a ratio in (0, 1]")
     return float(value)
 

@@ -9,7 +9,7 @@ sensor can publish from any language or from ``mosquitto_pub``. A device decodes
 from a network it does not control: ``decode_sample`` checks everything and raises only
 ``SampleError``, naming the field, for any bytes at all.
 
-Imports only the standard library and numpy.
+Imports only the standard library, numpy and ``wire.fields`` (itself the standard library only).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from wire.fields import is_integer, is_number
 
 SEQ, SENT_AT, FEATURES, LABEL = "seq", "t", "x", "y"
 SAMPLE_KEYS = (SEQ, SENT_AT, FEATURES, LABEL)
@@ -88,17 +90,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return body
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _finite(value: Any) -> float | None:
     """``value`` as a finite float, or None (not a number, infinite, or too large)."""
-    if not _is_number(value):
+    if not is_number(value):
         return None
     try:
         number = float(value)
@@ -174,7 +168,7 @@ def decode_sample(
     """
     body = _parse(payload, max_bytes)
     seq = body[SEQ]
-    if not _is_int(seq) or not 0 <= seq <= MAX_SEQ:
+    if not is_integer(seq) or not 0 <= seq <= MAX_SEQ:
         raise SampleError(f"sample field {SEQ!r} = {_shown(seq)} is not an integer in 0..2**63-1")
     sent_at = _finite(body[SENT_AT])
     if sent_at is None:
@@ -183,7 +177,7 @@ def decode_sample(
         )
     x = _features(body[FEATURES], features)
     y = body[LABEL]
-    if not _is_int(y) or not 0 <= y < classes:
+    if not is_integer(y) or not 0 <= y < classes:
         raise SampleError(
             f"sample field {LABEL!r} = {_shown(y)} is not an integer label in 0..{classes - 1}"
         )
