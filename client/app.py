@@ -30,6 +30,7 @@ from compress import COMPRESSORS
 from compress.state_store import use_store
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
+from wire.injection import samples_of
 from wire.keys import (
     IDENTIFY_ACTION,
     METRICS_KEY,
@@ -38,15 +39,11 @@ from wire.keys import (
     TRAIN_S,
 )
 from wire.layout import Layout
-from wire.messages import (
-    PhaseReply,
-    PhaseRequest,
-    TrainInstruction,
-    TrainReply,
-    identity_content,
-    samples_of,
-)
+from wire.phases import PhaseReply, PhaseRequest
+from wire.queries import identity_content
 from wire.reports import Report
+from wire.train_instruction import TrainInstruction
+from wire.train_reply import TrainReply
 
 if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
     from client.live_stream import LiveStream

@@ -42,7 +42,6 @@ from numpy.typing import NDArray
 
 from client.buffer import StreamBuffer
 from common.data import ArrayData
-from wire.messages import LiveCounts
 from wire.stream_samples import (
     ANONYMOUS,
     DEFAULT_TOPIC_PREFIX,
@@ -52,6 +51,7 @@ from wire.stream_samples import (
     decode_sample,
     sample_topic,
 )
+from wire.train_reply import LiveCounts
 
 log = logging.getLogger("edgeflex.live")
 

@@ -20,7 +20,9 @@ from client.training import TrainResult, batch_rng, local_sgd, random_batches
 from common.data import ArrayData
 from common.rates import STREAM_OFF
 from common.settings import Settings
-from wire.messages import RoundConfig, Samples, StreamReport, Vector
+from wire.injection import Samples
+from wire.train_instruction import RoundConfig, Vector
+from wire.train_reply import StreamReport
 
 if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
     from client.live_stream import LiveStream

@@ -13,7 +13,7 @@ from flwr.app import ConfigRecord, RecordDict
 from compress.base import Vector, load_vector, store_vector
 from compress.low_rank import Factored
 from wire.keys import FULL, MODEL_VERSION
-from wire.messages import ReplicaPayload
+from wire.train_instruction import ReplicaPayload
 
 REPLICA_KEY = "replica"
 REPLICA_META_KEY = "replica-meta"

@@ -15,8 +15,8 @@ from flwr.app import ConfigRecord, RecordDict
 from compress.base import ErrorFeedback, Indices, Vector
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
-from wire.messages import CompressionConfig
 from wire.reports import Parameter, Report
+from wire.train_instruction import CompressionConfig
 
 ADAPTIVE_STATE_KEY = "adaptive"
 ADAPTIVE_SMOOTHING = 0.3  # EWMA weight of the newest residual share

@@ -22,7 +22,7 @@ from common.settings import Settings
 from compress.base import vectors_in_memory, vectors_into_store
 from compress.state_store import STORE_KEY, is_stored, use_store
 from wire.keys import CLIENT_STATE_DIR
-from wire.messages import StateRequest, state_reply
+from wire.queries import StateRequest, state_reply
 
 ROUND_DIR = re.compile(r"round-\d+")
 MAX_STATE_BYTES = 1 << 33  # 8 GiB: far more than any state of ours; a file larger is not one

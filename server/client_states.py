@@ -24,7 +24,7 @@ from flwr.serverapp import Grid
 
 from strategies.edge import EdgeStrategy
 from wire.keys import CLIENT_STATE_DIR, RESTORE_STATE, SAVE_STATE
-from wire.messages import StateRequest, parse_state_reply
+from wire.queries import StateRequest, parse_state_reply
 
 
 def round_directory(results_dir: Path, server_round: int) -> Path:

@@ -20,10 +20,11 @@ from strategies.policies.ratio import RatioPolicy
 from strategies.policies.round_times import TRAIN_PHASE
 from strategies.relay import Relay
 from strategies.round_state import RoundState
+from wire.injection import Samples
 from wire.keys import INJECT_KEY
-from wire.messages import Samples, TrainReply
 from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
+from wire.train_reply import TrainReply
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import astuple, dataclass
 
 from wire.codec import short
 from wire.keys import GAIN_GRID, LIVE_METRICS
-from wire.messages import StreamReport, TrainReply
+from wire.train_reply import StreamReport, TrainReply
 
 LIVE_RATE_SLACK = 1.05  # a live stream's measured rate may pass its nominal one by 5 %
 # A mean cross-entropy this large means the model has diverged: its update is no help.

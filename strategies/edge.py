@@ -60,7 +60,7 @@ from wire.keys import (
     TRAIN_LOSS,
 )
 from wire.layout import Layout
-from wire.messages import RoundConfig
+from wire.train_instruction import RoundConfig
 
 
 class EdgeStrategy(FedAvg):

@@ -9,8 +9,8 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from strategies.collectives.base import Collective, Vector
 from strategies.replicas import Replicas
-from wire.messages import CompressionConfig, RoundConfig, TrainInstruction
 from wire.nbytes import content_nbytes
+from wire.train_instruction import CompressionConfig, RoundConfig, TrainInstruction
 
 
 def instructions(

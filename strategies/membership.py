@@ -15,7 +15,7 @@ from flwr.serverapp.strategy.strategy_utils import sample_nodes
 from strategies.identity import Identities
 from strategies.sampling import ClientSampler
 from wire.keys import IDENTIFY
-from wire.messages import parse_identity
+from wire.queries import parse_identity
 
 
 def by_seniority(replies: list[Message], identities: Identities) -> list[Message]:

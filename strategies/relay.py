@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
+from wire.injection import Samples, with_samples
 from wire.keys import INJECT_KEY, SAMPLES_Y
-from wire.messages import Samples, with_samples
 from wire.nbytes import content_nbytes
 
 

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from strategies.collectives.base import CompactUpdate
 from wire.codec import Sparse, index_nbytes
 from wire.keys import CURRENT, DELTA, FULL, PATCH
-from wire.messages import ReplicaPayload, Vector
+from wire.train_instruction import ReplicaPayload, Vector
 
 
 def patch_nbytes(count: int, size: int) -> int:

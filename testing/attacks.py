@@ -14,6 +14,7 @@ from common.settings import Settings
 from strategies.collectives.allreduce import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
 from testing.in_process import InProcessGrid
 from wire.codec import raw_array
+from wire.injection import Samples
 from wire.keys import (
     ARRAYS_KEY,
     INDICES,
@@ -26,7 +27,6 @@ from wire.keys import (
     TRAIN,
 )
 from wire.keys import VALUES as VALUES_ARRAY
-from wire.messages import Samples
 
 ATTACKER = 100
 COLLUDERS = {"collude-2": (100, 101), "collude-3": (100, 101, 102)}

@@ -31,7 +31,7 @@ from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import TRACE_COLUMNS, NetworkSchedule
 from wire.layout import Layout
-from wire.messages import CompressionConfig, RoundConfig, TrainInstruction
+from wire.train_instruction import CompressionConfig, RoundConfig, TrainInstruction
 
 # What the foundation issue asks every line of rounds.jsonl to carry.
 REQUIRED_ROUND_FIELDS = {
@@ -113,7 +113,7 @@ def train_reply(
     partition_id: int, num_examples: int, train_loss: float = 1.0, **payload: Any
 ) -> RecordDict:
     """A training reply's content as a client makes it."""
-    from wire.messages import TrainReply
+    from wire.train_reply import TrainReply
 
     return TrainReply(partition_id, num_examples, train_loss, **payload).to_content()
 

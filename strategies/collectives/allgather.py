@@ -44,7 +44,8 @@ from timing.cost import (
 from wire.codec import PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import SPARSE_KEY, TRAIN
 from wire.layout import Layout
-from wire.messages import TrainReply, required_sparse
+from wire.phases import required_sparse
+from wire.train_reply import TrainReply
 
 
 class Allgather:

@@ -75,16 +75,10 @@ from wire.keys import (
     TRAIN,
 )
 from wire.layout import Layout
-from wire.messages import (
-    PhaseReply,
-    PhaseRequest,
-    TrainReply,
-    count_in,
-    index_set_of,
-    required_sparse,
-)
 from wire.nbytes import content_nbytes
+from wire.phases import PhaseReply, PhaseRequest, count_in, index_set_of, required_sparse
 from wire.tally import ClientWork
+from wire.train_reply import TrainReply
 
 # Allreduce's own names on the wire
 TOPK_NORM2 = "topk-norm2"  # a leader-phase training reply's ||TopK(e)||² (the VAR score)

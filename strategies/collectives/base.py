@@ -28,9 +28,11 @@ from compress.base import Compressor
 from timing.cost import Link, LinkLike, slowest_link
 from wire.codec import Sparse
 from wire.layout import Layout
-from wire.messages import PhaseRequest, TrainInstruction, TrainReply, compress_s_of
 from wire.nbytes import content_nbytes
+from wire.phases import PhaseRequest
 from wire.tally import ClientWork, MeasuredTimes
+from wire.train_instruction import TrainInstruction
+from wire.train_reply import TrainReply, compress_s_of
 
 Vector = NDArray[np.float32]
 REASON_CHARS = 300  # longest refusal reason kept (log line and record)

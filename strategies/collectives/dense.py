@@ -39,7 +39,7 @@ from timing.cost import (
 )
 from wire.keys import ARRAYS_KEY
 from wire.layout import Layout
-from wire.messages import TrainReply
+from wire.train_reply import TrainReply
 
 
 class Dense:

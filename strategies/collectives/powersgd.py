@@ -71,8 +71,9 @@ from wire.codec import (
 )
 from wire.keys import SPARSE_KEY, TRAIN, VALUES
 from wire.layout import Layout
-from wire.messages import PhaseReply, PhaseRequest, TrainReply, required_sparse
 from wire.nbytes import content_nbytes
+from wire.phases import PhaseReply, PhaseRequest, required_sparse
+from wire.train_reply import TrainReply
 
 Q_ACTION = "q"  # the second exchange: "train.q"
 TRAIN_Q = f"{TRAIN}.{Q_ACTION}"

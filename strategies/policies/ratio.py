@@ -18,7 +18,8 @@ from common.settings import ConfigError, Settings
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.round_times import RoundTimes
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
-from wire.messages import CompressionConfig, TrainReply
+from wire.train_instruction import CompressionConfig
+from wire.train_reply import TrainReply
 
 
 class RatioPolicy(Protocol):

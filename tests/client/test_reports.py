@@ -7,8 +7,9 @@ from flwr.app import ConfigRecord, RecordDict
 from client.reports import CLIENT_REPORTS, reports
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from wire.keys import ADAPTIVE_RATIO, GAIN_GRID, METRICS_KEY, REPORT_GAIN, RESIDUAL_SHARE
-from wire.messages import CompressionConfig, TrainReply
 from wire.reports import REPORT_KINDS
+from wire.train_instruction import CompressionConfig
+from wire.train_reply import TrainReply
 
 NO_BUFFERS = np.zeros(0, dtype=np.int64)
 

@@ -14,7 +14,7 @@ from common.settings import settings_with
 from compress.base import load_vector, store_vector
 from compress.state_store import is_stored, store_of, use_store
 from wire.keys import RESTORE_STATE, SAVE_STATE
-from wire.messages import StateRequest, parse_state_reply
+from wire.queries import StateRequest, parse_state_reply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -11,7 +11,7 @@ from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.ratio import AdaptiveRatio
 from tests.helpers import federation_settings, run_in_process
 from wire.keys import RESIDUAL_SHARE
-from wire.messages import TrainReply
+from wire.train_reply import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

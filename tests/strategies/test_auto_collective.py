@@ -19,7 +19,7 @@ from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
 from wire.layout import Layout
-from wire.messages import TrainReply
+from wire.train_reply import TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)

@@ -29,7 +29,7 @@ from tests.helpers import (
 )
 from wire.codec import raw_array
 from wire.keys import ARRAYS_KEY, GAIN_GRID
-from wire.messages import LiveCounts, StreamReport, TrainReply
+from wire.train_reply import LiveCounts, StreamReport, TrainReply
 
 BOUNDS = Bounds(
     max_batch=32,

@@ -10,7 +10,7 @@ from strategies.collectives.allreduce import PENDING_KEY, TOPK_NORM2, Allreduce
 from strategies.collectives.base import ClientAction
 from tests.helpers import client_job
 from wire.codec import Sparse
-from wire.messages import PhaseRequest
+from wire.phases import PhaseRequest
 
 
 def test_allgather_invariant_compensated_equals_sent_plus_residual_over_rounds() -> None:

@@ -7,7 +7,7 @@ from common.data import DIGITS_SPEC
 from common.settings import ConfigError
 from strategies.relay import InjectionPlan
 from tests.helpers import federation_settings, run_in_process
-from wire.messages import Samples
+from wire.injection import Samples
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 SAMPLE_BYTES = DIGITS_SPEC.num_features * 4 + 8  # float32 features, int64 label

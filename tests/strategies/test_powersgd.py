@@ -25,7 +25,7 @@ from tests.helpers import (
 from wire.codec import decode_values, raw_array, values_record
 from wire.keys import SPARSE_KEY, VALUES
 from wire.layout import Layout
-from wire.messages import PhaseRequest
+from wire.phases import PhaseRequest
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

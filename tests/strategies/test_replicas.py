@@ -8,7 +8,7 @@ from client.replica import bring_up_to_date
 from strategies.replicas import Replicas, patch_nbytes
 from wire.codec import Sparse
 from wire.keys import BASE_VERSION, CURRENT, DELTA, FULL, PATCH, PATCH_KEY
-from wire.messages import ReplicaPayload
+from wire.train_instruction import ReplicaPayload
 
 SIZE = 1000
 

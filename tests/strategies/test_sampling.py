@@ -14,7 +14,7 @@ from server.records import read_rounds, without_wall_clock
 from strategies.sampling import ClientSampler
 from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import METRICS_KEY, PARTITION_ID
-from wire.messages import parse_identity
+from wire.queries import parse_identity
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

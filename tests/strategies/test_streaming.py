@@ -9,7 +9,7 @@ from strategies.policies.lr import LastRound, learning_rate
 from strategies.policies.weights import WEIGHTS
 from tests.helpers import DIGITS_PROFILE, federation_settings, run_in_process
 from wire.keys import BUFFER_BYTES, BUFFER_SAMPLES, STREAM_RATE, STREAM_SAMPLES, WAIT_S
-from wire.messages import StreamReport, TrainReply
+from wire.train_reply import StreamReport, TrainReply
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

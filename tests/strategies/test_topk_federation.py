@@ -98,7 +98,7 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     from strategies.collectives.allreduce import Allreduce
     from strategies.collectives.base import ClientAction, ClientRound
     from wire.codec import decode_indices
-    from wire.messages import PhaseRequest
+    from wire.phases import PhaseRequest
 
     size, ratio = 1000, 0.01
     buffers = np.arange(990, 1000, dtype=np.int64)

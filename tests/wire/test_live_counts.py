@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wire.keys import LIVE_BUFFERED, LIVE_METRICS, LIVE_RECEIVED, STREAM_METRICS
-from wire.messages import LiveCounts, StreamReport
+from wire.train_reply import LiveCounts, StreamReport
 
 COUNTS = LiveCounts(published=12, received=10, invalid=1, trained=6, dropped=3, buffered=1)
 
