@@ -29,7 +29,7 @@ def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def refusal(key: str, value: Any, what: str) -> ValueError:
+def _refusal(key: str, value: Any, what: str) -> ValueError:
     """The error of a field that is not ``what`` it should be."""
     return ValueError(f"{key} {value!r} is not {what}")
 
@@ -70,7 +70,7 @@ def integer(
         or (least is not None and value < least)
         or (most is not None and value > most)
     ):
-        raise refusal(key, value, what or _integer_words(least, most))
+        raise _refusal(key, value, what or _integer_words(least, most))
     return value
 
 
@@ -97,7 +97,7 @@ def number(
         or (above is not None and value <= above)
         or (least is not None and value < least)
     ):
-        raise refusal(key, value, what or _number_words(above, least))
+        raise _refusal(key, value, what or _number_words(above, least))
     return float(value)
 
 
@@ -113,7 +113,7 @@ def optional_integers(record: Record, key: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-        raise refusal(key, value, "a list of integers")
+        raise _refusal(key, value, "a list of integers")
     return tuple(value)
 
 
@@ -121,7 +121,7 @@ def text(record: Record, key: str, what: str = "a non-empty string") -> str:
     """``record[key]``: a non-empty string, refused when absent."""
     value = record.get(key)
     if not isinstance(value, str) or not value:
-        raise refusal(key, value, what)
+        raise _refusal(key, value, what)
     return value
 
 
@@ -129,7 +129,7 @@ def one_of(record: Record, key: str, choices: Sequence[str]) -> str:
     """``record[key]``: one of ``choices``, refused when absent."""
     value = record.get(key)
     if value not in choices:
-        raise refusal(key, value, f"one of {', '.join(choices)}")
+        raise _refusal(key, value, f"one of {', '.join(choices)}")
     return str(value)
 
 
@@ -137,7 +137,7 @@ def flag(record: Record, key: str) -> bool:
     """``record[key]``: a yes/no a MetricRecord carries as 0 or 1 (it holds no bools)."""
     value = record.get(key)
     if value not in (0, 1) or isinstance(value, bool):
-        raise refusal(key, value, "0 or 1")
+        raise _refusal(key, value, "0 or 1")
     return bool(value)
 
 
