@@ -23,49 +23,39 @@ persistent MQTT session).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from flwr.app import Context, Error, Message, RecordDict
-from flwr.app.user_config import UserConfig
+from flwr.app import Context, Error, Message, RecordDict, UserConfig
 from flwr.clientapp import ClientApp
-from flwr.common.config import get_fused_config_from_fab, parse_config_args
-from flwr.common.constant import ErrorCode
-from flwr.proto.fleet_pb2 import DeactivateNodeRequest, RegisterNodeFleetRequest
-from flwr.proto.message_pb2 import ObjectTree  # type: ignore[attr-defined]
-from flwr.supercore import heartbeat as flower_heartbeat
-from flwr.supercore.fab import Fab
-from flwr.supercore.inflatable.inflatable_object import (
-    get_all_nested_objects,
-    get_object_tree,
-    no_object_id_recompute,
-)
-from flwr.supercore.inflatable.inflatable_utils import (
-    pull_and_inflate_object_from_tree,
-    push_objects,
-)
-from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
-from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes
-from flwr.supercore.run import Run, RunNotRunningException
-from flwr.supernode import fleet_http_connection
-from flwr.supernode.fleet_http_client import FleetHttpClient
-from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
 from client.data_process import partition_in_child
+from client.fleet import (
+    Connection,
+    ErrorCode,
+    Keys,
+    Link,
+    ObjectTree,
+    Run,
+    RunNotRunningException,
+    connect,
+    fused_run_config,
+    new_keys,
+    parse_node_config,
+    pull_message,
+    push_message,
+    set_node_heartbeat,
+)
 from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
 from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
-from common.flower_patches import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
+from common.flower_patches import check_flower
 from common.settings import Settings
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
@@ -75,8 +65,6 @@ log = logging.getLogger("edgeflex.agent")
 APP_ID = "edgeflex/edgeflex"  # publisher/name of the app bundle this agent can run
 KEY_FILE, NODE_ID_FILE = "node.key", "node-id"  # in --state-dir: who this device is
 STATE_SUFFIX = ".state"  # in --state-dir: <run id>.state, a run's context.state
-
-Keys = tuple[Any, Any]  # (EllipticCurvePrivateKey, EllipticCurvePublicKey)
 
 
 def installed_version() -> str:
@@ -97,15 +85,6 @@ def check_app(run: Run) -> None:
         )
 
 
-@dataclass(frozen=True)
-class Link:
-    """Where the SuperLink's Fleet API is and how to reach it."""
-
-    superlink: str  # host:port
-    root_certificates: bytes | None = None  # None: --insecure
-    keys: Keys | None = None  # the node's registered key (SuperNode authentication)
-
-
 @dataclass
 class DeviceState:
     """What a device keeps on disk (``--state-dir``): its key, its node id, each run's
@@ -122,7 +101,7 @@ class DeviceState:
 
         path = self.directory / KEY_FILE
         if not path.exists():
-            made, _ = generate_key_pairs()
+            made, _ = new_keys()
             pem = made.private_bytes(
                 serialization.Encoding.PEM,
                 serialization.PrivateFormat.PKCS8,
@@ -170,63 +149,6 @@ class DeviceState:
 
 
 @dataclass
-class Connection:
-    """Flower's Fleet calls for one node (``http_request_response``'s tuple, named)."""
-
-    node_id: int
-    receive: Callable[[], tuple[Message, ObjectTree] | None]
-    send: Callable[[Message, ObjectTree, float], tuple[set[str], str]]
-    get_run: Callable[[int], Run]
-    get_fab: Callable[[str, int], Fab]
-    pull_object: Callable[[int, str], bytes]
-    push_object: Callable[[int, str, str, bytes], None]
-    confirm_message_received: Callable[[int, str], None]
-
-
-def _take_back_identity(link: Link, keys: Keys, self_registered: bool, last: int | None) -> None:
-    """Before activating: register the device's own key (once; a repeat is refused and
-    ignored), and deactivate the node a killed run of this device left online, whose key it
-    holds: the SuperLink activates only an offline node, and would keep the dead one online
-    for twice its heartbeat interval."""
-    client = FleetHttpClient.from_server_address(
-        link.superlink,
-        link.root_certificates is None,
-        link.root_certificates,
-        interceptors=[
-            RuntimeVersionHttpInterceptor(component_name="SuperNode"),
-            NodeAuthHttpInterceptor(*keys),
-        ],
-    )
-    with client:
-        if self_registered:
-            # a repeat is refused: this device's earlier start registered the key
-            with contextlib.suppress(Exception):
-                client.RegisterNode(
-                    RegisterNodeFleetRequest(public_key=public_key_to_bytes(keys[1]))
-                )
-        if last is not None:  # refused when it is offline already
-            with contextlib.suppress(Exception):
-                client.DeactivateNode(DeactivateNodeRequest(node_id=last))
-
-
-@contextmanager
-def connect(link: Link, device: DeviceState) -> Iterator[Connection]:
-    """Flower's Fleet connection as this device's node: its registered key, or its own."""
-    keys = link.keys
-    self_registered = keys is None
-    if keys is None:
-        keys = device.own_keys()
-    if keys is not None:
-        _take_back_identity(link, keys, self_registered, device.last_node_id())
-    with fleet_http_connection.http_request_response(
-        link.superlink, link.root_certificates is None, link.root_certificates, keys
-    ) as calls:
-        connection = Connection(*calls)
-        device.note_node_id(connection.node_id)
-        yield connection
-
-
-@dataclass
 class Node:
     """One device's node: its connection, the context of its run, and what it runs."""
 
@@ -257,47 +179,15 @@ class Node:
                 node_id=self.connection.node_id,
                 node_config=self.node_config,
                 state=self.device.load(run_id),
-                run_config=get_fused_config_from_fab(fab.content, run),
+                run_config=fused_run_config(fab, run),
                 series_id=run.series_id,
             )
         return self.context_of_run
 
-    def pull(self, message: Message, tree: ObjectTree) -> Message:
-        """The message's objects, with a short pull back-off: a message is visible before
-        all its objects are, and Flower's first back-off (1 s) is longer than a round here."""
-        run_id = message.metadata.run_id
-        expires = message.metadata.created_at + message.metadata.ttl  # no use after that
-        pulled = pull_and_inflate_object_from_tree(
-            tree,
-            lambda object_id: self.connection.pull_object(run_id, object_id),
-            lambda object_id: self.connection.confirm_message_received(run_id, object_id),
-            return_type=Message,
-            initial_backoff=PULL_BACKOFF_S,
-            backoff_cap=PULL_BACKOFF_CAP_S,
-            max_time=max(1.0, expires - time.time()),
-        )
-        pulled.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's own sets it
-        return pulled
-
-    def push(self, reply: Message, took_s: float) -> None:
-        """The reply, then each object the SuperLink does not hold yet."""
-        run_id = reply.metadata.run_id
-        with no_object_id_recompute():
-            reply.metadata.__dict__["_message_id"] = reply.object_id  # as Flower's own sets it
-            tree = get_object_tree(reply)
-            wanted, session = self.connection.send(reply, tree, took_s)
-            push_objects(
-                get_all_nested_objects(reply),
-                lambda object_id, content: self.connection.push_object(
-                    run_id, session, object_id, content
-                ),
-                object_ids_to_push=wanted,
-            )
-
     def _push_error(self, message: Message, code: int, reason: str, began: float) -> None:
         try:
             error = Message(Error(code=code, reason=reason[:500]), reply_to=message)
-            self.push(error, time.monotonic() - began)
+            push_message(self.connection, error, time.monotonic() - began)
         except (Exception, RunNotRunningException) as exc:
             log.error("could not push the error reply: %s: %s", type(exc).__name__, exc)
 
@@ -328,7 +218,7 @@ class Node:
             self._push_error(message, ErrorCode.INVALID_FAB, str(exc), began)
             return
         try:
-            message = self.pull(message, tree)
+            message = pull_message(self.connection, message, tree)
         except (Exception, RunNotRunningException) as exc:
             log.error("could not take message %s: %s", message.metadata.message_id, exc)
             return
@@ -347,7 +237,7 @@ class Node:
         except OSError as exc:  # a full or failing card: the reply still goes
             log.error("could not keep the state: %s", exc)
         try:
-            self.push(reply, time.monotonic() - began)
+            push_message(self.connection, reply, time.monotonic() - began)
         except (Exception, RunNotRunningException) as exc:
             log.error("could not push the reply: %s: %s", type(exc).__name__, exc)
             return
@@ -489,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             broker = parse_broker(args.mqtt)
         if args.wake_broker is not None:
             wake_broker = parse_broker(args.wake_broker)
-        node_config = parse_config_args([args.node_config] if args.node_config else None)
+        node_config = parse_node_config(args.node_config)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
     if args.node_config.strip() and not node_config:
@@ -498,9 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--idle-poll-s must be within [0.01, 60] s, got {args.idle_poll_s}")
     if args.heartbeat_interval_s is not None:
         try:  # what the node announces, and how often it beats
-            set_heartbeat(
-                fleet_http_connection, flower_heartbeat, interval_s=args.heartbeat_interval_s
-            )
+            set_node_heartbeat(args.heartbeat_interval_s)
         except ValueError as exc:
             parser.error(str(exc))
     if args.state_dir is not None:
