@@ -14,15 +14,13 @@ from flwr.supercore.run import Run
 
 from client.agent import (
     APP_ID,
-    KEY_FILE,
-    STATE_SUFFIX,
-    DeviceState,
     Node,
     check_app,
     installed_version,
     main,
     serve,
 )
+from client.device_state import KEY_FILE, STATE_SUFFIX, DeviceState
 from common.wake_ups import node_topic, run_topic
 
 
