@@ -18,345 +18,32 @@ not a pickle), with the node's key, so a restarted agent is the same node (its k
 same state: it answers the next message as if it had not stopped. A live stream's buffered
 samples die with the process; samples published while it is down wait at the broker (a
 persistent MQTT session).
+
+This module is the process: ``serve`` (the wait between messages) and the ``edgeflex-agent``
+command. Its parts: ``client.fleet`` (the node on Flower's Fleet API, the only module with
+Flower internals), ``client.device_state`` (what ``--state-dir`` keeps) and
+``client.node_loop`` (a run's context, and each message through the ClientApp).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from flwr.app import Context, Error, Message, RecordDict
-from flwr.app.user_config import UserConfig
-from flwr.clientapp import ClientApp
-from flwr.common.config import get_fused_config_from_fab, parse_config_args
-from flwr.common.constant import ErrorCode
-from flwr.proto.fleet_pb2 import DeactivateNodeRequest, RegisterNodeFleetRequest
-from flwr.proto.message_pb2 import ObjectTree  # type: ignore[attr-defined]
-from flwr.supercore import heartbeat as flower_heartbeat
-from flwr.supercore.fab import Fab
-from flwr.supercore.inflatable.inflatable_object import (
-    get_all_nested_objects,
-    get_object_tree,
-    no_object_id_recompute,
-)
-from flwr.supercore.inflatable.inflatable_utils import (
-    pull_and_inflate_object_from_tree,
-    push_objects,
-)
-from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
-from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes
-from flwr.supercore.run import Run, RunNotRunningException
-from flwr.supernode import fleet_http_connection
-from flwr.supernode.fleet_http_client import FleetHttpClient
-from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
-
-from client.data_process import partition_in_child
-from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
-from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
-from common.flower_patches import PULL_BACKOFF_CAP_S, PULL_BACKOFF_S, check_flower, set_heartbeat
-from common.settings import Settings
+from client.device_state import DeviceState
+from client.fleet import Link, connect, parse_node_config, set_node_heartbeat
+from client.node_loop import Node
+from common.flower_patches import check_flower
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
-
-APP_ID = "edgeflex/edgeflex"  # publisher/name of the app bundle this agent can run
-KEY_FILE, NODE_ID_FILE = "node.key", "node-id"  # in --state-dir: who this device is
-STATE_SUFFIX = ".state"  # in --state-dir: <run id>.state, a run's context.state
-
-Keys = tuple[Any, Any]  # (EllipticCurvePrivateKey, EllipticCurvePublicKey)
-
-
-def installed_version() -> str:
-    try:
-        return version("edgeflex")
-    except PackageNotFoundError:  # a checkout run without `pip install -e .`
-        return "unknown"
-
-
-def check_app(run: Run) -> None:
-    """Refuse a run of another app: the agent runs its own installed code, not the bundle."""
-    if run.fab_id != APP_ID:
-        raise RuntimeError(f"this agent runs {APP_ID}, the run's app is {run.fab_id!r}")
-    ours = installed_version()
-    if run.fab_version != ours:
-        raise RuntimeError(
-            f"the run's app is {APP_ID} {run.fab_version}, this agent has {ours} installed"
-        )
-
-
-@dataclass(frozen=True)
-class Link:
-    """Where the SuperLink's Fleet API is and how to reach it."""
-
-    superlink: str  # host:port
-    root_certificates: bytes | None = None  # None: --insecure
-    keys: Keys | None = None  # the node's registered key (SuperNode authentication)
-
-
-@dataclass
-class DeviceState:
-    """What a device keeps on disk (``--state-dir``): its key, its node id, each run's
-    ``context.state``. Without a directory, nothing is kept."""
-
-    directory: Path | None = None
-
-    def own_keys(self) -> Keys | None:
-        """The key this device registers itself with (made on its first start)."""
-        if self.directory is None:
-            return None
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-
-        path = self.directory / KEY_FILE
-        if not path.exists():
-            made, _ = generate_key_pairs()
-            pem = made.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            write_whole(path, pem)
-        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        if not isinstance(private, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{path}: not an elliptic-curve private key")
-        return private, private.public_key()
-
-    def last_node_id(self) -> int | None:
-        path = None if self.directory is None else self.directory / NODE_ID_FILE
-        return None if path is None or not path.exists() else int(path.read_text())
-
-    def note_node_id(self, node_id: int) -> None:
-        if self.directory is not None:
-            write_whole(self.directory / NODE_ID_FILE, str(node_id).encode())
-
-    def load(self, run_id: int) -> RecordDict:
-        """The run's state as the last reply left it; empty for a new run, or (logged) when
-        the file is not a state."""
-        path = None if self.directory is None else self.directory / f"{run_id}{STATE_SUFFIX}"
-        if path is None or not path.exists():
-            return RecordDict()
-        try:
-            state = state_from_bytes(path.read_bytes())
-        except ValueError as exc:
-            log.error("%s is not a state (%s): run %d starts from an empty one", path, exc, run_id)
-            return RecordDict()
-        log.info("run %d: %d records of state from %s", run_id, len(state), path)
-        return state
-
-    def save(self, run_id: int, state: RecordDict) -> None:
-        if self.directory is not None:
-            path = self.directory / f"{run_id}{STATE_SUFFIX}"
-            write_whole(path, state_to_bytes(state))
-
-    def forget_runs_but(self, run_id: int) -> None:
-        """A device runs one run at a time: the states of the others go."""
-        if self.directory is not None:
-            for path in self.directory.glob(f"*{STATE_SUFFIX}"):
-                if path.name != f"{run_id}{STATE_SUFFIX}":
-                    path.unlink(missing_ok=True)
-
-
-@dataclass
-class Connection:
-    """Flower's Fleet calls for one node (``http_request_response``'s tuple, named)."""
-
-    node_id: int
-    receive: Callable[[], tuple[Message, ObjectTree] | None]
-    send: Callable[[Message, ObjectTree, float], tuple[set[str], str]]
-    get_run: Callable[[int], Run]
-    get_fab: Callable[[str, int], Fab]
-    pull_object: Callable[[int, str], bytes]
-    push_object: Callable[[int, str, str, bytes], None]
-    confirm_message_received: Callable[[int, str], None]
-
-
-def _take_back_identity(link: Link, keys: Keys, self_registered: bool, last: int | None) -> None:
-    """Before activating: register the device's own key (once; a repeat is refused and
-    ignored), and deactivate the node a killed run of this device left online, whose key it
-    holds: the SuperLink activates only an offline node, and would keep the dead one online
-    for twice its heartbeat interval."""
-    client = FleetHttpClient.from_server_address(
-        link.superlink,
-        link.root_certificates is None,
-        link.root_certificates,
-        interceptors=[
-            RuntimeVersionHttpInterceptor(component_name="SuperNode"),
-            NodeAuthHttpInterceptor(*keys),
-        ],
-    )
-    with client:
-        if self_registered:
-            # a repeat is refused: this device's earlier start registered the key
-            with contextlib.suppress(Exception):
-                client.RegisterNode(
-                    RegisterNodeFleetRequest(public_key=public_key_to_bytes(keys[1]))
-                )
-        if last is not None:  # refused when it is offline already
-            with contextlib.suppress(Exception):
-                client.DeactivateNode(DeactivateNodeRequest(node_id=last))
-
-
-@contextmanager
-def connect(link: Link, device: DeviceState) -> Iterator[Connection]:
-    """Flower's Fleet connection as this device's node: its registered key, or its own."""
-    keys = link.keys
-    self_registered = keys is None
-    if keys is None:
-        keys = device.own_keys()
-    if keys is not None:
-        _take_back_identity(link, keys, self_registered, device.last_node_id())
-    with fleet_http_connection.http_request_response(
-        link.superlink, link.root_certificates is None, link.root_certificates, keys
-    ) as calls:
-        connection = Connection(*calls)
-        device.note_node_id(connection.node_id)
-        yield connection
-
-
-@dataclass
-class Node:
-    """One device's node: its connection, the context of its run, and what it runs."""
-
-    connection: Connection
-    app: ClientApp
-    node_config: UserConfig
-    device: DeviceState = field(default_factory=DeviceState)
-    context_of_run: Context | None = None  # one run at a time
-    refused_runs: dict[int, str] = field(default_factory=dict)  # run id -> why
-
-    def context(self, run_id: int) -> Context:
-        """The run's context: made from the run and its app bundle's config on its first
-        message (a run of another app or version is refused, once), with the state the
-        state directory holds. A new run replaces the last one, in memory and on disk."""
-        if run_id in self.refused_runs:
-            raise RuntimeError(self.refused_runs[run_id])
-        if self.context_of_run is None or self.context_of_run.run_id != run_id:
-            run = self.connection.get_run(run_id)
-            try:
-                check_app(run)
-            except RuntimeError as exc:
-                self.refused_runs[run_id] = str(exc)
-                raise
-            fab = self.connection.get_fab(run.fab_hash, run_id)
-            self.device.forget_runs_but(run_id)
-            self.context_of_run = Context(
-                run_id=run_id,
-                node_id=self.connection.node_id,
-                node_config=self.node_config,
-                state=self.device.load(run_id),
-                run_config=get_fused_config_from_fab(fab.content, run),
-                series_id=run.series_id,
-            )
-        return self.context_of_run
-
-    def pull(self, message: Message, tree: ObjectTree) -> Message:
-        """The message's objects, with a short pull back-off: a message is visible before
-        all its objects are, and Flower's first back-off (1 s) is longer than a round here."""
-        run_id = message.metadata.run_id
-        expires = message.metadata.created_at + message.metadata.ttl  # no use after that
-        pulled = pull_and_inflate_object_from_tree(
-            tree,
-            lambda object_id: self.connection.pull_object(run_id, object_id),
-            lambda object_id: self.connection.confirm_message_received(run_id, object_id),
-            return_type=Message,
-            initial_backoff=PULL_BACKOFF_S,
-            backoff_cap=PULL_BACKOFF_CAP_S,
-            max_time=max(1.0, expires - time.time()),
-        )
-        pulled.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's own sets it
-        return pulled
-
-    def push(self, reply: Message, took_s: float) -> None:
-        """The reply, then each object the SuperLink does not hold yet."""
-        run_id = reply.metadata.run_id
-        with no_object_id_recompute():
-            reply.metadata.__dict__["_message_id"] = reply.object_id  # as Flower's own sets it
-            tree = get_object_tree(reply)
-            wanted, session = self.connection.send(reply, tree, took_s)
-            push_objects(
-                get_all_nested_objects(reply),
-                lambda object_id, content: self.connection.push_object(
-                    run_id, session, object_id, content
-                ),
-                object_ids_to_push=wanted,
-            )
-
-    def _push_error(self, message: Message, code: int, reason: str, began: float) -> None:
-        try:
-            error = Message(Error(code=code, reason=reason[:500]), reply_to=message)
-            self.push(error, time.monotonic() - began)
-        except (Exception, RunNotRunningException) as exc:
-            log.error("could not push the error reply: %s: %s", type(exc).__name__, exc)
-
-    @staticmethod
-    def make_local_data(context: Context) -> None:
-        """The node's partition, made once by a child process (``client.data_process``): the
-        data libraries stay out of this process. A failure is logged; the app then makes the
-        partition itself, or says what is wrong."""
-        if LOCAL_DATA_KEY in context.state:
-            return
-        try:
-            settings = Settings.from_run_config(context.run_config, tables=False)
-            partition_id = node_identity(context, settings)
-            keep_local_data(context, partition_in_child(dict(context.run_config), partition_id))
-        except Exception as exc:
-            log.error("could not make the partition in a child process: %s", exc)
-
-    def handle(self, message: Message, tree: ObjectTree) -> None:
-        """Run one message: pull, call the app, push the reply; whatever goes wrong ends this
-        message only (an exception in the app becomes an error reply, as in Flower)."""
-        began, received_at = time.monotonic(), time.time()
-        try:
-            context = self.context(message.metadata.run_id)
-        except RunNotRunningException:
-            return  # the run ended while the message waited
-        except Exception as exc:  # answered, so the server need not wait for its timeout
-            log.error("refused message %s: %s", message.metadata.message_id, exc)
-            self._push_error(message, ErrorCode.INVALID_FAB, str(exc), began)
-            return
-        try:
-            message = self.pull(message, tree)
-        except (Exception, RunNotRunningException) as exc:
-            log.error("could not take message %s: %s", message.metadata.message_id, exc)
-            return
-        self.make_local_data(context)
-        try:
-            reply = self.app(message=message, context=context)
-        except Exception as exc:  # one bad message must not stop the device
-            details = f"{type(exc).__name__}: {exc}"
-            log.error("message failed: %s", details)
-            reply = Message(
-                Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details[:500]),
-                reply_to=message,
-            )
-        try:
-            self.device.save(context.run_id, context.state)
-        except OSError as exc:  # a full or failing card: the reply still goes
-            log.error("could not keep the state: %s", exc)
-        try:
-            self.push(reply, time.monotonic() - began)
-        except (Exception, RunNotRunningException) as exc:
-            log.error("could not push the reply: %s: %s", type(exc).__name__, exc)
-            return
-        log.info(
-            "%s: pulled %.3f s after it was created, answered in %.3f s",
-            message.metadata.message_type,
-            received_at - message.metadata.created_at,
-            time.monotonic() - began,
-        )
 
 
 def serve(
@@ -397,7 +84,7 @@ def serve(
 def warm_up() -> None:
     """Pay a fresh process's one-off cost while it waits for its first message, not in it:
     torch's first backward pass (1.6 s). (The data libraries are a child's: see
-    ``Node.make_local_data``.)"""
+    ``client.node_loop.Node.make_local_data``.)"""
     began = time.monotonic()
     import torch
 
@@ -489,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             broker = parse_broker(args.mqtt)
         if args.wake_broker is not None:
             wake_broker = parse_broker(args.wake_broker)
-        node_config = parse_config_args([args.node_config] if args.node_config else None)
+        node_config = parse_node_config(args.node_config)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
     if args.node_config.strip() and not node_config:
@@ -498,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--idle-poll-s must be within [0.01, 60] s, got {args.idle_poll_s}")
     if args.heartbeat_interval_s is not None:
         try:  # what the node announces, and how often it beats
-            set_heartbeat(
-                fleet_http_connection, flower_heartbeat, interval_s=args.heartbeat_interval_s
-            )
+            set_node_heartbeat(args.heartbeat_interval_s)
         except ValueError as exc:
             parser.error(str(exc))
     if args.state_dir is not None:

@@ -1,6 +1,6 @@
 """A node's ``context.state`` as bytes on disk: Flower's own protobuf of a RecordDict (data,
 never code), written so that a kill or a power cut at any point leaves the old file or the
-new one. The edge agent keeps a device's state this way (``client/agent.py``), and in
+new one. The edge agent keeps a device's state this way (``client/device_state.py``), and in
 simulation every client writes its state at a checkpoint (``client/saved_state.py``)."""
 
 from __future__ import annotations

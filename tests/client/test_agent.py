@@ -12,17 +12,9 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.run import Run
 
-from client.agent import (
-    APP_ID,
-    KEY_FILE,
-    STATE_SUFFIX,
-    DeviceState,
-    Node,
-    check_app,
-    installed_version,
-    main,
-    serve,
-)
+from client.agent import main, serve
+from client.device_state import KEY_FILE, STATE_SUFFIX, DeviceState
+from client.node_loop import APP_ID, Node, check_app, installed_version
 from common.wake_ups import node_topic, run_topic
 
 
