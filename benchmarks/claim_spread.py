@@ -1,6 +1,6 @@
 """How far apart honest ||TopK(e)||² claims are, and how much of their Top-k energy clients
 hold at an honest leader's indices: the justification of ``CLAIM_SPREAD`` and
-``INDEX_SHARE_FLOOR`` (strategies/collectives/allreduce.py).
+``INDEX_SHARE_FLOOR`` (strategies/collectives/allreduce/leaders.py).
 
 Runs honest Allreduce federations in process (VAR leader; IID and Dirichlet non-IID digits, the
 MLP and the CNN, streams at S2 rates with rate-sized batches) and prints, per run, the largest
@@ -29,9 +29,10 @@ CASES: dict[str, str] = tomllib.loads(
 
 
 def spread(name: str) -> tuple[str, float, float, float, float]:
-    import strategies.collectives.allreduce as allreduce
+    import strategies.collectives.allreduce.collective as allreduce  # where Allreduce looks
     from commands.run_config import parse_overrides, resolve_settings
     from common.flower_patches import set_task_identity
+    from strategies.collectives.allreduce.leaders import MIN_CLAIMS, claim_of
     from testing.in_process import InProcessGrid, run_server_app
 
     set_task_identity()
@@ -42,8 +43,8 @@ def spread(name: str) -> tuple[str, float, float, float, float]:
     judge = allreduce.others_share
 
     def observed(participants):  # type: ignore[no-untyped-def]
-        claims = [allreduce.claim_of(p) for p in participants]
-        if len(claims) >= allreduce.MIN_CLAIMS:
+        claims = [claim_of(p) for p in participants]
+        if len(claims) >= MIN_CLAIMS:
             medians = [float(np.median(claims[:i] + claims[i + 1 :])) for i in range(len(claims))]
             ratios.extend(c / m for c, m in zip(claims, medians, strict=True) if m > 0.0)
         return check(participants)

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from common.settings import Settings, default_run_config
-from server.build import COLLECTIVE_OF_STRATEGY
+from common.settings.renamed import upgraded
 from server.records import read_rounds
 from strategies.collectives import COLLECTIVES
 
 
 def collective_of(run_dir: Path) -> str:
     """The run's collective as its records name it ("dense" for a dense run)."""
-    config = json.loads((run_dir / "summary.json").read_text())["config"]
+    config = upgraded(json.loads((run_dir / "summary.json").read_text())["config"])
     known = {k: v for k, v in config.items() if k in set(Settings.keys())}  # older runs: defaults
     settings = Settings.from_run_config(default_run_config() | known, tables=False)
-    return COLLECTIVE_OF_STRATEGY[settings.strategy](settings)
+    return settings.collective.collective
 
 
 def main(argv: list[str] | None = None) -> None:

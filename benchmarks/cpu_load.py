@@ -126,7 +126,7 @@ def _measure_run(
     federation: Federation, overrides: dict[str, object], rounds: int, counts_file: Path
 ) -> Window:
     """From the end of round 2 to the end of round ``rounds``."""
-    records = Path(federation.settings.results_dir) / "rounds.jsonl"
+    records = Path(federation.settings.run.results_dir) / "rounds.jsonl"
     records.unlink(missing_ok=True)  # an earlier run's rounds are not this one's
     with open(os.devnull, "w") as quiet:
         runner = threading.Thread(
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rounds = args.rounds - 2
     node_rounds = rounds * args.nodes
-    median_s = median_round_s(Path(federation.settings.results_dir))
+    median_s = median_round_s(Path(federation.settings.run.results_dir))
     print(
         f"{label}, rounds 3-{args.rounds}: {median_s:.2f} s per round (median; mean "
         f"{window.seconds / rounds:.2f})"

@@ -20,8 +20,9 @@ from common.flower_patches import set_task_identity
 from common.models import build_model
 from common.params import buffer_positions
 from common.settings import settings_with
-from server.app import build_strategy
+from server.build import build_strategy
 from strategies.collectives.base import Aggregate
+from strategies.ledger import RoundStats
 from strategies.round_state import RoundState
 from testing.in_process import InProcessGrid, train_in_process
 from timing.clock import VirtualClock
@@ -52,11 +53,13 @@ def main() -> None:
     args = parser.parse_args()
     set_task_identity()
     settings = settings_with(
-        strategy="topk", collective="auto", compression_ratio=0.01, robust="none", seed=5
+        collective="auto", compression_ratio=0.01, robust="none", seed=5
     )
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
-    clock = VirtualClock(dict.fromkeys(range(settings.num_clients), DEVICE), flops_per_sample=1.0)
+    clock = VirtualClock(
+        dict.fromkeys(range(settings.run.num_clients), DEVICE), flops_per_sample=1.0
+    )
     strategy = build_strategy(settings, clock, layout, buffer_positions(model))
     forced = Forced(args.first, args.then, args.at)
     strategy.policies = replace(strategy.policies, collective=forced)  # type: ignore[arg-type]
@@ -72,11 +75,16 @@ def main() -> None:
 
     strategy._apply = measured  # type: ignore[method-assign]
     last = args.at + 10
-    train_in_process(strategy, settings, model, InProcessGrid(settings), last)
+    recorded: dict[int, RoundStats] = {}
+
+    def keep(stats: RoundStats, arrays: object, metrics: object, end: bool) -> None:
+        recorded[stats.round] = stats
+
+    train_in_process(strategy, settings, model, InProcessGrid(settings), last, after_round=keep)
     print("| round | collective | step norm | train loss |")
     print("|---|---|---|---|")
     for r in range(args.at - 4, last + 1):
-        stats = strategy.stats[r]
+        stats = recorded[r]
         print(f"| {r} | {stats.collective} | {norms.get(r, 0.0):.3f} | {stats.train_loss:.3f} |")
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client.local_round import train_locally
+from client.local_round import Trainer, train_locally
 from client.mods import packed_content, timing_stamps
 from client.node import node_identity, store_directory
 from client.replica import bring_up_to_date
@@ -26,10 +26,11 @@ from common.data import data_spec
 from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
-from compress import COMPRESSORS
+from compress import ENCODINGS, SELECTORS
 from compress.state_store import use_store
 from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import ActionHandler, ClientAction, ClientRound, sent_whole
+from strategies.collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
+from strategies.collectives.dense import Dense
 from wire.injection import samples_of
 from wire.keys import (
     IDENTIFY_ACTION,
@@ -48,22 +49,26 @@ from wire.train_reply import TrainReply
 if TYPE_CHECKING:  # paho-mqtt is imported by the agent only
     from client.live_stream import LiveStream
 
-DENSE = "dense"
-COMPRESSOR_RNG = 0xC0  # stream of the seeded generator stochastic compressors draw from
+ENCODING_RNG = 0xC0  # stream of the seeded generator stochastic encodings draw from
 
 
-def _compressor_rng(
+def _encoding_rng(
     settings: Settings, partition_id: int, server_round: int, phase: int
 ) -> np.random.Generator:
     """A generator per (seed, client, round, phase): stochastic rounding repeats with a seed."""
-    return np.random.default_rng([settings.seed, COMPRESSOR_RNG, partition_id, server_round, phase])
+    seed = settings.run.seed
+    return np.random.default_rng([seed, ENCODING_RNG, partition_id, server_round, phase])
 
 
 def train(
-    msg: Message, context: Context, live: LiveStream | None = None, shared_files: bool = True
+    msg: Message,
+    context: Context,
+    live: LiveStream | None = None,
+    shared_files: bool = True,
+    trainer: Trainer = train_locally,
 ) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
-    model = build_model(settings.model, data_spec(settings), seed=settings.seed)
+    model = build_model(settings.training.model, data_spec(settings), seed=settings.run.seed)
     layout = Layout.of_model(model)
     instruction = TrainInstruction.parse(msg.content, layout.size)
     if shared_files:  # a device's agent keeps its own state
@@ -74,27 +79,32 @@ def train(
         assert instruction.dense_model is not None
         layout = Layout.of_record(instruction.dense_model)  # as the server sent it
         start = layout.flatten(instruction.dense_model)
-    local = train_locally(
+    local = trainer(
         context, settings, model, instruction.round, start, samples_of(msg.content), live
     )
     began = time.perf_counter()
     compression = instruction.compression
-    collective = COLLECTIVES[DENSE if compression is None else compression.collective]
-    whole = sent_whole(Layout.of_model(model), buffer_positions(model), settings.topk_dense_vectors)
+    collective = COLLECTIVES[Dense.name if compression is None else compression.collective]
+    options = settings.compression
+    whole = whole_entries(Layout.of_model(model), buffer_positions(model), options.whole_vectors)
     asked: dict[str, Report] = {}
     if compression is not None:
         # a clip scales e as a whole: the reports (ratios of energy) do not change
         asked = reports(context.state, local.result.update, compression, whole)
+    server_round = instruction.round.server_round
     payload = collective.client_train(
-        ClientRound(
+        ClientJob(
             state=context.state,
             update=local.result.update,
             instruction=instruction,
             layout=layout,
-            compressor=COMPRESSORS[settings.compressor],
-            rng=_compressor_rng(settings, local.partition_id, instruction.round.server_round, 0),
-            always_sent=whole,
-            error_feedback_clip=settings.error_feedback_clip,
+            selector=SELECTORS[options.selector],
+            encoding=ENCODINGS[options.encoding].from_settings(options),
+            rng=_encoding_rng(settings, local.partition_id, server_round, 0),
+            run_seed=settings.run.seed,
+            partition_id=local.partition_id,
+            whole=whole,
+            error_feedback_clip=options.error_feedback_clip,
             content=msg.content,
         )
     )
@@ -112,7 +122,7 @@ def train(
         compress_s=None if compression is None else time.perf_counter() - began,
     )
     content = reply.to_content()
-    if settings.timing == "measured":
+    if settings.timing.timing == "measured":
         content.metric_records[METRICS_KEY][TRAIN_S] = local.train_s
     return Message(content=content, reply_to=msg)
 
@@ -130,8 +140,10 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
                 state=context.state,
                 request=request,
                 content=msg.content,
-                compressor=COMPRESSORS[settings.compressor],
-                rng=_compressor_rng(settings, partition_id, request.server_round, phase),
+                encoding=ENCODINGS[settings.compression.encoding].from_settings(
+                    settings.compression
+                ),
+                rng=_encoding_rng(settings, partition_id, request.server_round, phase),
             )
         )
         reply = PhaseReply(sparse, time.perf_counter() - began)
@@ -146,14 +158,17 @@ def identify(msg: Message, context: Context) -> Message:
     return Message(content=identity_content(node_identity(context, settings)), reply_to=msg)
 
 
-def make_app(live: LiveStream | None = None, shared_files: bool = True) -> ClientApp:
+def make_app(
+    live: LiveStream | None = None, shared_files: bool = True, trainer: Trainer = train_locally
+) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
     reads instead of replaying the partition; ``shared_files``: it answers the server's
     save-state and restore-state queries and keeps its vectors in the state store when the
     server says so (simulation: the server's file system is its own; a device's agent keeps
-    its state itself)."""
+    its state itself); ``trainer``: the local round (client/local_round.py), another for a
+    problem of its own (tests/ef_problem.py: a quadratic, no data)."""
     client_app = ClientApp(mods=[packed_content, timing_stamps])
-    client_app.train()(lambda msg, context: train(msg, context, live, shared_files))
+    client_app.train()(lambda msg, context: train(msg, context, live, shared_files, trainer))
     client_app.query(IDENTIFY_ACTION)(identify)
     if shared_files:
         client_app.query(SAVE_STATE_ACTION)(save_state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,14 @@ class LocalRound:
     train_s: float  # wall seconds of local SGD
 
 
+# a client's local round: (context, settings, model, round config, start, relayed samples, live
+# stream) -> what it trained; ``train_locally`` is the ClientApp's
+Trainer = Callable[
+    [Context, Settings, nn.Module, RoundConfig, Vector, "Samples | None", "LiveStream | None"],
+    LocalRound,
+]
+
+
 def _share(data: ArrayData, batch: np.ndarray, beta: float, rng: np.random.Generator) -> Samples:
     """A random ceil(β·b) of the b own samples this client trains on this round (all its
     local steps), features and labels."""
@@ -58,7 +67,7 @@ def train_locally(
     agent's live stream, whose samples replace the partition's."""
     torch.set_num_threads(1)  # several simulated clients share two cores
     partition_id = node_identity(context, settings)
-    if settings.stream_rates == STREAM_OFF:
+    if settings.streams.stream_rates == STREAM_OFF:
         live = None  # a run without streams trains on the partition, agent or not
     if live is not None and live.partition_id != partition_id:
         raise ValueError(
@@ -67,7 +76,7 @@ def train_locally(
         )
     data = local_data(context, settings, partition_id) if live is None else None
     stream = None
-    if settings.stream_rates == STREAM_OFF:
+    if settings.streams.stream_rates == STREAM_OFF:
         assert data is not None
         rng = batch_rng(config.seed, partition_id, config.server_round)
         batches = random_batches(rng, len(data), config.batch_size, config.local_steps)
@@ -82,7 +91,9 @@ def train_locally(
             local_steps=config.local_steps,
             batch_size=config.batch_size,
             rate=node_stream_rate(context),
-            wall=WallClock.from_state(context.state) if settings.timing == "measured" else None,
+            wall=WallClock.from_state(context.state)
+            if settings.timing.timing == "measured"
+            else None,
             live=live,
         )
         batches = drawn.batches
@@ -106,7 +117,7 @@ def train_locally(
         )
     shared = None
     if config.inject_partitions is not None and partition_id in config.inject_partitions:
-        rng = np.random.default_rng([settings.seed, 0x1A, partition_id, config.server_round])
+        rng = np.random.default_rng([settings.run.seed, 0x1A, partition_id, config.server_round])
         beta = config.inject_beta or 0.0
         shared = _share(data, np.concatenate(batches), beta, rng).to_record()
     extra = None if relayed is None else ArrayData(x=relayed.x, y=relayed.y)

@@ -25,20 +25,20 @@ def node_identity(context: Context, settings: Settings) -> int:
             raise ValueError(f"node config lacks {key!r} (pass it with --node-config)")
     partition_id = int(config[NODE_PARTITION_ID])
     num_partitions = int(config[NODE_NUM_PARTITIONS])
-    if num_partitions != settings.num_clients:
+    if num_partitions != settings.run.num_clients:
         raise ValueError(
             f"node has num-partitions={num_partitions} but the run has "
-            f"num-clients={settings.num_clients}; they must agree"
+            f"num-clients={settings.run.num_clients}; they must agree"
         )
     return partition_id
 
 
 def store_directory(context: Context, settings: Settings) -> Path | None:
     """This node's directory in the run's state store, when the server made one."""
-    if not run_directory(settings.state_store_dir, context.run_id).is_dir():
+    if not run_directory(settings.deployment.state_store_dir, context.run_id).is_dir():
         return None
     partition_id = node_identity(context, settings)
-    return node_directory(settings.state_store_dir, context.run_id, partition_id)
+    return node_directory(settings.deployment.state_store_dir, context.run_id, partition_id)
 
 
 def node_stream_rate(context: Context) -> float | None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from compress.base import ErrorFeedback, Indices, Vector
+from compress.base import Indices, Vector
+from compress.error_feedback import ErrorFeedback
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.reports import Parameter, Report
@@ -64,16 +65,16 @@ CLIENT_REPORTS: dict[str, Callable[[Weights, Parameter], Report]] = {
 
 
 def reports(
-    state: RecordDict, update: Vector, compression: CompressionConfig, always_sent: Indices
+    state: RecordDict, update: Vector, compression: CompressionConfig, whole: Indices
 ) -> dict[str, Report]:
-    """The reports the instructions ask for; ``always_sent``: the buffers' positions, left
+    """The reports the instructions ask for; ``whole``: the buffers' positions, left
     out."""
     if not compression.reports:
         return {}
     compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
     scale = 1.0
-    if always_sent.size:
-        compensated = np.delete(compensated, always_sent)
+    if whole.size:
+        compensated = np.delete(compensated, whole)
         scale = update.size / max(1, compensated.size)
     weights = Weights(state, compensated, scale)
     return {

@@ -19,8 +19,8 @@ from flwr.app import Context, Message
 from client.node import LOCAL_DATA_KEY, node_identity, store_directory
 from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
 from common.settings import Settings
-from compress.base import vectors_in_memory, vectors_into_store
 from compress.state_store import STORE_KEY, is_stored, use_store
+from compress.vectors import vectors_in_memory, vectors_into_store
 from wire.keys import CLIENT_STATE_DIR
 from wire.queries import StateRequest, state_reply
 
@@ -51,7 +51,7 @@ def save_state(msg: Message, context: Context) -> Message:
     """Write this node's state for the checkpoint the request names."""
     settings = Settings.from_run_config(context.run_config, tables=False)
     partition_id = node_identity(context, settings)
-    directory = _directory(StateRequest.parse(msg.content), settings.results_dir)
+    directory = _directory(StateRequest.parse(msg.content), settings.run.results_dir)
     kept = vectors_in_memory(context.state)  # the state store's vectors read back in
     if LOCAL_DATA_KEY in kept:
         del kept[LOCAL_DATA_KEY]
@@ -65,7 +65,7 @@ def restore_state(msg: Message, context: Context) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     partition_id = node_identity(context, settings)
     request = StateRequest.parse(msg.content)
-    directory = _directory(request, settings.results_dir, settings.resume_from)
+    directory = _directory(request, settings.run.results_dir, settings.run.resume_from)
     path = state_file(directory, partition_id)
     restored = path.is_file()
     if restored:

@@ -56,16 +56,18 @@ def draw_stream_round(
         return _draw_live(live, settings, local_steps, batch_size)
     if rate is None:
         rate = client_rate(
-            settings.stream_rates,
+            settings.streams.stream_rates,
             partition_id,
-            settings.num_clients,
-            settings.seed,
-            server_round if settings.stream_rates_vary else 0,
+            settings.run.num_clients,
+            settings.run.seed,
+            server_round if settings.streams.stream_rates_vary else 0,
         )
     source = ReplayStream.from_state(
-        state, partition_size, rate, seed=(settings.seed, partition_id)
+        state, partition_size, rate, seed=(settings.run.seed, partition_id)
     )
-    buffer = StreamBuffer.from_state(state, settings.buffer_policy, settings.buffer_capacity)
+    buffer = StreamBuffer.from_state(
+        state, settings.streams.buffer_policy, settings.streams.buffer_capacity
+    )
     batches, wait_s, peak = [], 0.0, 0
     for _ in range(local_steps):
         # A round the server accepted nobody in never reached its clock, so this round may
@@ -76,10 +78,10 @@ def draw_stream_round(
             source,
             buffer,
             at_s,
-            settings.batch_policy,
+            settings.streams.batch_policy,
             batch_size=batch_size,
-            batch_min=settings.batch_min,
-            batch_max=settings.batch_max,
+            batch_min=settings.streams.batch_min,
+            batch_max=settings.streams.batch_max,
         )
         batches.append(step.batch)
         wait_s += step.wait_s
@@ -97,7 +99,10 @@ def _draw_live(
     """The round's batches from a live stream: each step at the agent's current time."""
     spec = data_spec(settings)
     live.configure(
-        spec.num_features, spec.num_classes, settings.buffer_policy, settings.buffer_capacity
+        spec.num_features,
+        spec.num_classes,
+        settings.streams.buffer_policy,
+        settings.streams.buffer_capacity,
     )
     buffer = live.buffer
     assert buffer is not None
@@ -108,10 +113,10 @@ def _draw_live(
             source,
             buffer,
             live.now_s(),
-            settings.batch_policy,
+            settings.streams.batch_policy,
             batch_size=batch_size,
-            batch_min=settings.batch_min,
-            batch_max=settings.batch_max,
+            batch_min=settings.streams.batch_min,
+            batch_max=settings.streams.batch_max,
         )
         batches.append(step.batch)
         wait_s += step.wait_s  # waited inside the stream, in real time

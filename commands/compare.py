@@ -36,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from commands import compare_plots, compare_spec, compare_table
 from commands.run_config import format_overrides, resolve_settings
 from common.settings import PROJECT_ROOT, ConfigError, default_run_config
+from common.settings.renamed import upgraded
 from server.records import read_rounds
 
 DEFAULT_OUT = PROJECT_ROOT / "results" / "compare"
@@ -62,7 +63,7 @@ class Job:
         had before."""
         if not self.recorded:
             return False
-        config = json.loads((self.results_dir / "summary.json").read_text())["config"]
+        config = upgraded(json.loads((self.results_dir / "summary.json").read_text())["config"])
         config.pop("results-dir", None)
         defaults = default_run_config()
         expected = dict(self.expected)

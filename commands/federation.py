@@ -208,10 +208,14 @@ class Federation:
 
 def node_config(settings: Settings, partition_id: int) -> str:
     """What one SuperNode is told about itself (``--node-config``)."""
-    pairs = [f"partition-id={partition_id}", f"num-partitions={settings.num_clients}"]
-    if settings.stream_rates != STREAM_OFF and not settings.stream_rates_vary:
+    pairs = [f"partition-id={partition_id}", f"num-partitions={settings.run.num_clients}"]
+    if settings.streams.stream_rates != STREAM_OFF and not settings.streams.stream_rates_vary:
         rate = client_rate(
-            settings.stream_rates, partition_id, settings.num_clients, settings.seed, 0
+            settings.streams.stream_rates,
+            partition_id,
+            settings.run.num_clients,
+            settings.run.seed,
+            0,
         )
         pairs.append(f"stream-rate={rate!r}")
     return " ".join(pairs)
@@ -302,13 +306,13 @@ def local_federation(
                 )
             if runtime.mqtt:
                 assert federation.broker is not None  # mqtt needs agents
-                for index in range(settings.num_clients):  # before anything is published
+                for index in range(settings.run.num_clients):  # before anything is published
                     open_session(federation.broker, index)
             try:
-                for index in range(settings.num_clients):
+                for index in range(settings.run.num_clients):
                     federation.start_node(index)
                 if runtime.mqtt:
-                    for index in range(settings.num_clients):
+                    for index in range(settings.run.num_clients):
                         federation.start_publisher(index)
                 yield federation
             finally:
@@ -356,9 +360,9 @@ def run(
     overrides = deployment_overrides(overrides, runtime)
     settings = resolve_settings(overrides)
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
-    results_dir = Path(settings.results_dir)
+    results_dir = Path(settings.run.results_dir)
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
-    explicit["results-dir"] = settings.results_dir
+    explicit["results-dir"] = settings.run.results_dir
     with local_federation(settings, results_dir, tls=tls, runtime=runtime) as federation:
         code = federation.run_app(explicit, stream_to=stream_to, timeout_s=timeout_s)
     if code == 0 and not (results_dir / "summary.json").exists():

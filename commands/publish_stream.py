@@ -183,9 +183,11 @@ def partition_rate(settings: Settings, partition_id: int, rate: float | None = N
     """``rate`` if given, else the run's rate for the partition (as the simulation draws it)."""
     if rate is not None:
         return rate
-    if settings.stream_rates == STREAM_OFF:
+    if settings.streams.stream_rates == STREAM_OFF:
         raise ConfigError("stream-rates is 'off' in the run config: give --rate")
-    return client_rate(settings.stream_rates, partition_id, settings.num_clients, settings.seed, 0)
+    return client_rate(
+        settings.streams.stream_rates, partition_id, settings.run.num_clients, settings.run.seed, 0
+    )
 
 
 def publish_partition(
@@ -208,7 +210,7 @@ def publish_partition(
         client_partition(settings, partition_id),
         topic=sample_topic(topic_prefix, partition_id),
         rate=rate,
-        seed=(settings.seed, partition_id),  # what client.stream_round gives ReplayStream
+        seed=(settings.run.seed, partition_id),  # what client.stream_round gives ReplayStream
         count=count,
         duration_s=duration_s,
         qos=qos,
@@ -295,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda signum, frame: stop.set())
     try:
         settings = resolve_settings(parse_overrides(args.run_config))
-        if not 0 <= args.partition_id < settings.num_clients:
+        if not 0 <= args.partition_id < settings.run.num_clients:
             raise ConfigError(
-                f"partition-id {args.partition_id} is outside 0..{settings.num_clients - 1} "
-                f"(num-clients = {settings.num_clients})"
+                f"partition-id {args.partition_id} is outside 0..{settings.run.num_clients - 1} "
+                f"(num-clients = {settings.run.num_clients})"
             )
         rate = partition_rate(settings, args.partition_id, args.rate)
         auth = BrokerAuth.of(args.tls_ca, args.username, args.password_file)

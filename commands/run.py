@@ -152,7 +152,7 @@ def federation_config(settings: Settings) -> str:
     """One CPU per client actor, Ray's own logs out of the run's output; on this machine's
     two cores two actors, or on the existing Ray cluster ``RAY_ADDRESS`` names (it decides
     its CPUs: Ray refuses num-cpus when it joins a cluster) as many as its CPUs hold."""
-    config = f"num-supernodes={settings.num_clients} client-resources-num-cpus=1 "
+    config = f"num-supernodes={settings.run.num_clients} client-resources-num-cpus=1 "
     if not os.environ.get(RAY_ADDRESS):
         config += "init-args-num-cpus=2 "
     return config + "init-args-log-to-driver=false"
@@ -166,12 +166,12 @@ def run(
     it with ``verbose``); ``stream_to``: a file for all of it instead, no bar."""
     settings = resolve_settings(overrides)
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
-    results_dir = Path(settings.results_dir)
+    results_dir = Path(settings.run.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     # One FLWR_HOME per run, named after this process, so runs never share Flower state.
     flwr_home = FLWR_DIR / f"home-{os.getpid()}-{time.monotonic_ns()}"
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
-    explicit["results-dir"] = settings.results_dir
+    explicit["results-dir"] = settings.run.results_dir
     try:
         with local_superlink(flwr_home, results_dir / "superlink.log") as port:
             write_connection(flwr_home, port)
@@ -197,12 +197,16 @@ def run(
                 )
             else:
                 code = _run_with_progress(
-                    cmd, flwr_home, results_dir / FLOWER_LOG, settings.num_server_rounds, verbose
+                    cmd,
+                    flwr_home,
+                    results_dir / FLOWER_LOG,
+                    settings.run.num_server_rounds,
+                    verbose,
                 )
     finally:
         shutil.rmtree(flwr_home, ignore_errors=True)
         # a run stopped by a signal exits without its clean-up: its state store goes here
-        sweep_abandoned(store_root(settings.state_store_dir))
+        sweep_abandoned(store_root(settings.deployment.state_store_dir))
     if code == 0 and not (results_dir / "summary.json").exists():
         code = 1
     return code, results_dir

@@ -74,24 +74,27 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     config.update(overrides)
     settings = Settings.from_run_config(config)
     results = (
-        Path(settings.results_dir)
-        if settings.results_dir
-        else (PROJECT_ROOT / default_results_dir(settings.strategy, now))
+        Path(settings.run.results_dir)
+        if settings.run.results_dir
+        else (PROJECT_ROOT / default_results_dir(settings.collective.collective, now))
     )
     if not results.is_absolute():
         results = PROJECT_ROOT / results
     config["results-dir"] = str(results)
-    if settings.resume_from and not Path(settings.resume_from).is_absolute():
-        config["resume-from"] = str(PROJECT_ROOT / settings.resume_from)
-    config["dataset"] = local_files.absolute(settings.dataset, Path.cwd())
+    if settings.run.resume_from and not Path(settings.run.resume_from).is_absolute():
+        config["resume-from"] = str(PROJECT_ROOT / settings.run.resume_from)
+    config["dataset"] = local_files.absolute(settings.data.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
-    if is_made_here(settings.dataset):  # a local file is read now: errors before anything
+    if is_made_here(settings.data.dataset):  # a local file is read now: errors before anything
         check_model(settings)
-    load_catalog(PROJECT_ROOT / settings.devices_file).assign(
-        settings.device_mix, settings.num_clients
+    load_catalog(PROJECT_ROOT / settings.timing.devices_file).assign(
+        settings.timing.device_mix, settings.run.num_clients
     )
     load_schedule(
-        PROJECT_ROOT / settings.networks_file, settings.network, settings.num_clients, settings.seed
+        PROJECT_ROOT / settings.timing.networks_file,
+        settings.timing.network,
+        settings.run.num_clients,
+        settings.run.seed,
     )
     return settings
 
@@ -99,7 +102,7 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
 def check_model(settings: Settings) -> Workload:
     """The model builds for the data and runs a training pass (its FLOPs counted), or
     ConfigError."""
-    return _checked(settings.model, data_spec(settings))
+    return _checked(settings.training.model, data_spec(settings))
 
 
 # Once per model and data shape: resolve_settings checks, describe_model reports, and a
@@ -115,8 +118,8 @@ def _checked(model: str, spec: DataSpec) -> Workload:
 
 def describe_model(settings: Settings) -> str:
     """One line for the terminal: the model's size and training FLOPs per sample."""
-    if not is_made_here(settings.dataset):
-        return f"edgeflex: model {settings.model} (checked by the ServerApp: hub data set)"
+    if not is_made_here(settings.data.dataset):
+        return f"edgeflex: model {settings.training.model} (checked by the ServerApp: hub data set)"
     workload = check_model(settings)
     return (
         f"edgeflex: model {workload.model}: {workload.parameters:,} parameters, "

@@ -21,20 +21,24 @@ from pathlib import Path
 from typing import Any
 
 from common.settings import default_run_config
+from common.settings.renamed import upgraded
 from server.last_rounds import LastRounds
 from server.records import read_rounds
 from strategies.collectives import COLLECTIVES
 
 
 def describe(results_dir: Path) -> str:
-    config = json.loads((results_dir / "summary.json").read_text())["config"]
-    if config["strategy"] == "dense":
-        return "dense"
-    mode = config["collective"]
-    own = COLLECTIVES[mode].own_settings if mode in COLLECTIVES else ()
+    """A run by its collective and what it sends: the collective's own settings, the selector
+    and the encoding, and c."""
     defaults = default_run_config()  # for records from before a setting existed
-    details = "".join(f" {key}={config.get(key, defaults[key])}" for key in own)
-    return f"{config['strategy']} {mode}{details} c={config['compression-ratio']}"
+    config = defaults | upgraded(json.loads((results_dir / "summary.json").read_text())["config"])
+    mode = config["collective"]
+    if mode in COLLECTIVES and not COLLECTIVES[mode].compressed:
+        return mode
+    own = COLLECTIVES[mode].own_settings if mode in COLLECTIVES else ()
+    details = "".join(f" {key}={config[key]}" for key in own)
+    sent = f"{config['selector']} {config['encoding']}"
+    return f"{mode}{details} {sent} c={config['compression-ratio']}"
 
 
 def ruler(rows: Sequence[Mapping[str, Any]], field: str) -> str:

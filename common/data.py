@@ -75,14 +75,14 @@ def _split(settings: Settings, data: ArrayData) -> tuple[ArrayData, ArrayData]:
     from sklearn.model_selection import train_test_split
 
     classes = np.unique(data.y)
-    held = int(np.ceil(settings.test_fraction * len(data)))
+    held = int(np.ceil(settings.data.test_fraction * len(data)))
     fits = min(held, len(data) - held) >= len(classes)  # each side can hold every label
     stratify = data.y if fits and np.bincount(data.y)[classes].min() >= 2 else None
     x_train, x_test, y_train, y_test = train_test_split(
         data.x,
         data.y,
-        test_size=settings.test_fraction,
-        random_state=settings.seed,
+        test_size=settings.data.test_fraction,
+        random_state=settings.run.seed,
         stratify=stratify,
     )
     return ArrayData(x_train, y_train), ArrayData(x_test, y_test)
@@ -102,8 +102,8 @@ def carve_validation(settings: Settings, train: ArrayData) -> tuple[ArrayData, A
     """(what the clients train on, the server's validation split): a seeded
     ``validation-fraction`` of the training data, never the test split, for anything that
     calibrates or selects; the test split only reports."""
-    cut = int(np.ceil(settings.validation_fraction * len(train)))
-    order = np.random.default_rng([settings.seed, VALIDATION_STREAM]).permutation(len(train))
+    cut = int(np.ceil(settings.data.validation_fraction * len(train)))
+    order = np.random.default_rng([settings.run.seed, VALIDATION_STREAM]).permutation(len(train))
     held, rest = np.sort(order[:cut]), np.sort(order[cut:])
     return ArrayData(train.x[rest], train.y[rest]), ArrayData(train.x[held], train.y[held])
 
@@ -113,15 +113,15 @@ VALIDATION_STREAM = 0x7A1  # the validation draw's own stream of the run seed
 
 def _partition_of(settings: Settings, train: ArrayData, partition_id: int) -> ArrayData:
     """Partition ``partition_id`` of ``train`` (less the validation split, if any)."""
-    if settings.validation_fraction > 0:
+    if settings.data.validation_fraction > 0:
         train = carve_validation(settings, train)[0]
     partitioner = make_partitioner(settings)
     partitioner.dataset = _to_dataset(train)
     part = partitioner.load_partition(partition_id).with_format("numpy")
     if len(part) == 0:
         raise ValueError(
-            f"partition {partition_id} is empty with partitioner={settings.partitioner!r} "
-            f"and num-clients={settings.num_clients}"
+            f"partition {partition_id} is empty with partitioner={settings.data.partitioner!r} "
+            f"and num-clients={settings.run.num_clients}"
         )
     return ArrayData(
         x=np.asarray(part["x"], dtype=np.float32), y=np.asarray(part["label"], dtype=np.int64)
@@ -130,17 +130,17 @@ def _partition_of(settings: Settings, train: ArrayData, partition_id: int) -> Ar
 
 def _synthetic_split(settings: Settings, client: int) -> tuple[ArrayData, ArrayData]:
     x, y = synthetic.client_samples(
-        settings.synthetic_alpha, settings.synthetic_beta, settings.seed, client
+        settings.data.synthetic_alpha, settings.data.synthetic_beta, settings.run.seed, client
     )
-    cut = synthetic.split_point(len(y), settings.test_fraction)
+    cut = synthetic.split_point(len(y), settings.data.test_fraction)
     return ArrayData(x[:cut], y[:cut]), ArrayData(x[cut:], y[cut:])
 
 
 def _synthetic_test(settings: Settings) -> ArrayData:
     """The held-out samples of the first ``synthetic-test-clients`` clients (a client's data
     does not depend on how many there are, so these are one test split for every N above it)."""
-    cap = settings.synthetic_test_clients
-    clients = settings.num_clients if cap == 0 else min(cap, settings.num_clients)
+    cap = settings.data.synthetic_test_clients
+    clients = settings.run.num_clients if cap == 0 else min(cap, settings.run.num_clients)
     parts = [_synthetic_split(settings, k)[1] for k in range(clients)]
     return ArrayData(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
 
@@ -152,7 +152,7 @@ _MNIST1D: dict[int, tuple[ArrayData, ArrayData]] = {}  # samples -> split, made 
 
 def mnist1d_split(settings: Settings) -> tuple[ArrayData, ArrayData]:
     """MNIST-1D's (train, test) with ``mnist1d-samples`` samples, as the package makes them."""
-    samples = settings.mnist1d_samples
+    samples = settings.data.mnist1d_samples
     if samples not in _MNIST1D:
         import random
 
@@ -243,25 +243,28 @@ def is_made_here(dataset: str) -> bool:
 
 
 def data_spec(settings: Settings) -> DataSpec:
-    local = _local(settings.dataset)
-    return _hub_spec(settings.dataset) if local is None else local.spec
+    local = _local(settings.data.dataset)
+    return _hub_spec(settings.data.dataset) if local is None else local.spec
 
 
 def server_test_split(settings: Settings) -> ArrayData:
     """The centralized evaluation set kept at the server."""
-    local = _local(settings.dataset)
-    return _hub_split(settings.dataset, "test") if local is None else local.server_test(settings)
+    local = _local(settings.data.dataset)
+    return (
+        _hub_split(settings.data.dataset, "test") if local is None else local.server_test(settings)
+    )
 
 
 def server_validation_split(settings: Settings) -> ArrayData | None:
     """The validation split kept at the server (None when ``validation-fraction`` is 0)."""
-    if settings.validation_fraction == 0:
+    share, dataset = settings.data.validation_fraction, settings.data.dataset
+    if share == 0:
         return None
-    local = _local(settings.dataset)
+    local = _local(dataset)
     if local is None or local.train is None:
         raise ValueError(
-            f"validation-fraction = {settings.validation_fraction} needs a data set split at the "
-            f"server (digits, mnist1d or your own files); dataset = {settings.dataset!r} is not"
+            f"validation-fraction = {share} needs a data set split at the server (digits, "
+            f"mnist1d or your own files); dataset = {dataset!r} is not"
         )
     return carve_validation(settings, local.train(settings))[1]
 
@@ -269,19 +272,19 @@ def server_validation_split(settings: Settings) -> ArrayData | None:
 def _iid(settings: Settings) -> Partitioner:
     from flwr_datasets.partitioner import IidPartitioner
 
-    return IidPartitioner(num_partitions=settings.num_clients)
+    return IidPartitioner(num_partitions=settings.run.num_clients)
 
 
 def _dirichlet(settings: Settings) -> Partitioner:
     from flwr_datasets.partitioner import DirichletPartitioner
 
     return DirichletPartitioner(
-        num_partitions=settings.num_clients,
+        num_partitions=settings.run.num_clients,
         partition_by="label",
-        alpha=settings.dirichlet_alpha,
+        alpha=settings.data.dirichlet_alpha,
         min_partition_size=1,
         self_balancing=True,
-        seed=settings.seed,
+        seed=settings.run.seed,
     )
 
 
@@ -289,35 +292,63 @@ def _labels(settings: Settings) -> Partitioner:
     from flwr_datasets.partitioner import PathologicalPartitioner
 
     return PathologicalPartitioner(
-        num_partitions=settings.num_clients,
+        num_partitions=settings.run.num_clients,
         partition_by="label",
-        num_classes_per_partition=settings.labels_per_client,
+        num_classes_per_partition=settings.data.labels_per_client,
         class_assignment_mode="first-deterministic",
-        seed=settings.seed,
+        seed=settings.run.seed,
     )
 
 
 # partitioner -> the flwr-datasets partitioner (imported when a split is made)
+IID = "iid"
 PARTITIONERS: dict[str, Callable[[Settings], Partitioner]] = {
-    "iid": _iid,
+    IID: _iid,
     "dirichlet": _dirichlet,
     "labels": _labels,
 }
 
 
+def check(settings: Settings) -> list[str]:
+    """Synthetic data is generated per client: nothing to split, nor to keep at the server,
+    and samples of ``NUM_FEATURES`` features, not images."""
+    from common.models import check_model_fits
+
+    data = settings.data
+    if data.dataset != SYNTHETIC:
+        return []
+    errors = []
+    if data.partitioner != IID:
+        errors.append(
+            f"partitioner = {data.partitioner!r} splits a data set over the clients; dataset = "
+            f"{SYNTHETIC!r} is generated per client (its heterogeneity: synthetic-alpha, "
+            "synthetic-beta)"
+        )
+    if data.validation_fraction > 0:
+        errors.append(
+            f"validation-fraction needs a data set split at the server; dataset = {SYNTHETIC!r} "
+            "is generated per client"
+        )
+    try:
+        check_model_fits(settings.training.model, SYNTHETIC_SPEC)
+    except ValueError as exc:
+        errors.append(str(exc))
+    return errors
+
+
 def make_partitioner(settings: Settings) -> Partitioner:
     """The flwr-datasets partitioner that ``partitioner`` names."""
-    return PARTITIONERS[settings.partitioner](settings)
+    return PARTITIONERS[settings.data.partitioner](settings)
 
 
 def client_partition(settings: Settings, partition_id: int) -> ArrayData:
     """Training data of client ``partition_id`` (0-based)."""
-    if not 0 <= partition_id < settings.num_clients:
+    if not 0 <= partition_id < settings.run.num_clients:
         raise ValueError(
-            f"partition-id {partition_id} is outside 0..{settings.num_clients - 1} "
-            f"(num-clients = {settings.num_clients})"
+            f"partition-id {partition_id} is outside 0..{settings.run.num_clients - 1} "
+            f"(num-clients = {settings.run.num_clients})"
         )
-    local = _local(settings.dataset)
+    local = _local(settings.data.dataset)
     if local is None:
         return _hub_partition(settings, partition_id)
     return local.partition(settings, partition_id)
@@ -357,11 +388,11 @@ def _require_hub(name: str) -> None:
 def _hub_federated(settings: Settings):  # type: ignore[no-untyped-def]
     from flwr_datasets import FederatedDataset
 
-    _require_hub(settings.dataset)
+    _require_hub(settings.data.dataset)
     return FederatedDataset(
-        dataset=settings.dataset,
+        dataset=settings.data.dataset,
         partitioners={"train": make_partitioner(settings)},
-        seed=settings.seed,
+        seed=settings.run.seed,
     )
 
 

@@ -1,14 +1,19 @@
-"""Per-client compression maths, used on both sides: Top-k selection, compressors, error
-feedback and the compression gain.
+"""Per-client compression maths, used on both sides: selectors (which coordinates a client
+sends), encodings (how their values travel), error feedback and the compression gain.
 
-``COMPRESSORS`` is the table of compressors by setting name (``compressor = ...``): adding one
-is one module and one line here.
+``SELECTORS`` and ``ENCODINGS`` are the tables of the ``selector`` and ``encoding`` settings:
+adding one is one module and one line here.
 """
 
 from __future__ import annotations
 
-from compress.base import Compressor
+from compress.base import Encoding, Selector
+from compress.float32 import Float32
+from compress.int8 import Int8
+from compress.qsgd import Qsgd
+from compress.randomk import RandomK
+from compress.sign import ScaledSign
 from compress.topk import TopK
-from compress.topk_q8 import TopKQ8
 
-COMPRESSORS: dict[str, Compressor] = {c.name: c for c in (TopK(), TopKQ8())}
+SELECTORS: dict[str, Selector] = {s.name: s for s in (TopK(), RandomK())}
+ENCODINGS: dict[str, type[Encoding]] = {e.name: e for e in (Float32, Int8, ScaledSign, Qsgd)}

@@ -68,12 +68,12 @@ class Block:
         return vector[self.start : self.start + self.size].reshape(self.rows, self.cols)
 
 
-def blocks(layout: Layout, always_sent: Indices) -> tuple[list[Block], Indices]:
+def blocks(layout: Layout, whole: Indices) -> tuple[list[Block], Indices]:
     """The matrices of a model's flat vector that travel as factors, and the positions that
-    travel dense: vectors and scalars, and every array ``always_sent`` touches (batch-norm
+    travel dense: vectors and scalars, and every array ``whole`` touches (batch-norm
     buffers; every vector under ``topk-dense-vectors``)."""
     whole = np.zeros(layout.size, dtype=bool)
-    whole[always_sent] = True
+    whole[whole] = True
     matrices: list[Block] = []
     dense: list[Indices] = []
     offset = 0

@@ -1,4 +1,5 @@
-"""Top-k: exact selection by magnitude over one flat vector, and the float32 compressor.
+"""Top-k: the selector that sends the k entries of e of largest magnitude, and its exact
+selection over one flat vector.
 
 A full ``argpartition`` over millions of entries followed by a sort is slow. Instead a
 threshold is estimated from an evenly strided sample so that slightly more than k entries
@@ -13,12 +14,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
-from compress.base import Encoded
-from wire.codec import decode_values, raw_array
-from wire.keys import VALUES
+from compress.base import Indices, SelectionSeed, Vector
 
 _SAMPLE = 16384
 _SMALL = 1 << 15
@@ -82,11 +80,6 @@ def topk_with(x: NDArray[np.float32], k: int, always: NDArray[np.int64]) -> NDAr
     return np.union1d(topk_outside(x, k, always), always)
 
 
-def sent_count(k: int, size: int, always: int) -> int:
-    """Entries a reply carries: ``k`` chosen (at most the rest of the vector) and ``always``."""
-    return min(k, size - always) + always
-
-
 def topk_energy(x: NDArray[np.float32], indices: NDArray[np.int64]) -> float:
     """||x[indices]||², in float64."""
     selected = x[indices].astype(np.float64)
@@ -94,16 +87,14 @@ def topk_energy(x: NDArray[np.float32], indices: NDArray[np.int64]) -> float:
 
 
 class TopK:
-    """Top-k with float32 values: the receiver decodes exactly what was sent."""
+    """Each client its own Top-k (the indices travel); under an Allreduce-compatible
+    collective the shared set is found by the collective's index policy."""
 
     name: ClassVar[str] = "topk"
+    draws: ClassVar[bool] = False
 
-    def encode(self, values: NDArray[np.float32], rng: np.random.Generator) -> Encoded:
-        values = values.astype(np.float32, copy=False)
-        return Encoded({VALUES: raw_array(values.astype("<f4"))}, values)
+    def select(self, e: Vector, k: int, whole: Indices, seed: SelectionSeed) -> Indices:
+        return topk_with(e, k, whole)
 
-    def decode(self, record: ArrayRecord, count: int) -> NDArray[np.float32]:
-        return decode_values(record, count)
-
-    def values_nbytes(self, count: int) -> int:
-        return 4 * count
+    def drawn(self, size: int, k: int, whole: Indices, seed: SelectionSeed) -> Indices:
+        raise TypeError("Top-k's coordinates depend on e: they travel, they are not drawn")

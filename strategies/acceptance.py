@@ -12,7 +12,8 @@ from flwr.app import Message
 from flwr.common.logger import log
 
 from strategies.bounds import Bounds
-from strategies.collectives.base import Participant, Phase
+from strategies.collectives.base import Participant
+from strategies.collectives.program import Phase
 from strategies.identity import Identities
 from strategies.ledger import Ledger
 from strategies.membership import by_seniority

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from logging import INFO
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -21,21 +22,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
-from compress.base import Compressor
+from compress.base import Encoding, Selector
 from strategies.acceptance import TrainingReplies
 from strategies.bounds import Bounds
-from strategies.collectives.base import (
-    Aggregate,
-    Collective,
-    Defended,
-    Exchange,
-    Program,
-    Replies,
-    RoundLog,
-    RoundPlan,
-    Vector,
-    defend,
-)
+from strategies.collectives.base import Aggregate, Collective, RoundPlan, Vector
+from strategies.collectives.defence import defend
+from strategies.collectives.program import Defended, Exchange, ExchangeLog, Program, Replies
 from strategies.guard import UpdateGuard
 from strategies.identity import Identities
 from strategies.instructions import instruction_sizes, instructions
@@ -49,22 +41,26 @@ from strategies.round_state import Policies, RoundState
 from strategies.sampling import ClientSampler
 from strategies.step import apply_step
 from wire.codec import Sparse, topk_count
-from wire.keys import (
-    BATCH_SIZE,
-    CONFIG_KEY,
-    LEARNING_RATE,
-    LOCAL_STEPS,
-    NUM_EXAMPLES,
-    SEED,
-    TRAIN,
-    TRAIN_LOSS,
-)
+from wire.keys import CONFIG_KEY, NUM_EXAMPLES, TRAIN, TRAIN_LOSS
 from wire.layout import Layout
 from wire.train_instruction import RoundConfig
 
+# (the round's figures, its model, its evaluation, whether it is the last) -> None
+AfterRound = Callable[[RoundStats, ArrayRecord, MetricRecord | None, bool], None]
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """What every training instruction starts from: the clients' local SGD."""
+
+    learning_rate: float  # before the learning-rate policy scales it
+    local_steps: int
+    batch_size: int
+    seed: int
+
 
 class EdgeStrategy(FedAvg):
-    """Synchronous training over a plug-in collective, compressor and policies."""
+    """Synchronous training over a plug-in collective, selector, encoding and policies."""
 
     def __init__(
         self,
@@ -72,7 +68,9 @@ class EdgeStrategy(FedAvg):
         num_clients: int,
         layout: Layout,
         collectives: dict[str, Collective],
-        compressor: Compressor,
+        selector: Selector,
+        encoding: Encoding,
+        training: LocalTraining,
         policies: Policies,
         times: RoundTimes,
         ledger: Ledger,
@@ -94,7 +92,9 @@ class EdgeStrategy(FedAvg):
         self.num_clients = num_clients
         self.layout = layout
         self.collectives = collectives
-        self.compressor = compressor
+        self.selector = selector
+        self.encoding = encoding
+        self.training = training
         self.policies = policies
         self.times = times
         self.ledger = ledger
@@ -105,7 +105,6 @@ class EdgeStrategy(FedAvg):
         self.replicas = Replicas()
         self.round_timeout_s = round_timeout_s
         self.identities = Identities()  # which node speaks for which partition
-        self.stats: dict[int, RoundStats] = {}
         self.current: RoundState | None = None
 
     # --- the loop ------------------------------------------------------------------------------
@@ -122,20 +121,22 @@ class EdgeStrategy(FedAvg):
         *,
         virtual_time_budget_s: float = 0.0,
         first_round: int = 1,
-        after_round: Callable[[int, ArrayRecord, bool], None] | None = None,
+        after_round: AfterRound | None = None,
     ) -> Result:
         """Train rounds ``first_round`` to ``num_rounds``, or fewer: with
         ``virtual_time_budget_s`` > 0 the last round is the first to end at or past that
         virtual time. Evaluation is centralized (``evaluate_fn`` before the first round, unless
-        resuming, and after each); ``evaluate_config`` is unused. ``after_round`` sees each
-        round's model once it is evaluated, and whether it is the last (checkpoints)."""
+        resuming, and after each); ``train_config`` and ``evaluate_config`` are unused (the
+        strategy holds its ``LocalTraining``). ``after_round`` gets each round's figures
+        with its model and evaluation (records, checkpoints)."""
         train_config = ConfigRecord() if train_config is None else train_config
         result = Result(arrays=initial_arrays)
 
-        def evaluate(server_round: int, arrays: ArrayRecord) -> None:
+        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
             metrics = None if evaluate_fn is None else evaluate_fn(server_round, arrays)
             if metrics is not None:
                 result.evaluate_metrics_serverapp[server_round] = metrics
+            return metrics
 
         if first_round == 1:
             evaluate(0, initial_arrays)
@@ -145,15 +146,17 @@ class EdgeStrategy(FedAvg):
                 self.configure_train(server_round, arrays, train_config, grid), timeout=timeout
             )
             new_arrays, train_metrics = self.aggregate_train(server_round, replies)
+            assert self.current is not None and self.current.stats is not None
+            stats = self.current.stats
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays
             if train_metrics is not None:
                 result.train_metrics_clientapp[server_round] = train_metrics
-            evaluate(server_round, arrays)
-            spent = self.stats[server_round].virtual_time_s
+            metrics = evaluate(server_round, arrays)
+            spent = stats.virtual_time_s
             last = server_round == num_rounds or 0 < virtual_time_budget_s <= spent
             if after_round is not None:
-                after_round(server_round, arrays, last)
+                after_round(stats, arrays, metrics, last)
             if last and server_round < num_rounds:
                 log(
                     INFO,
@@ -213,14 +216,14 @@ class EdgeStrategy(FedAvg):
             num_clients=self.num_clients,
             timeout_s=self.round_timeout_s,
         )
-        base = float(config[LEARNING_RATE])  # type: ignore[arg-type]
-        lr = self.policies.learning_rates.for_round(base)
+        training = self.training
+        lr = self.policies.learning_rates.for_round(training.learning_rate)
         round_config = RoundConfig(
             server_round=server_round,
             learning_rate=lr,
-            local_steps=int(config[LOCAL_STEPS]),  # type: ignore[arg-type]
-            batch_size=int(config[BATCH_SIZE]),  # type: ignore[arg-type]
-            seed=int(config[SEED]),  # type: ignore[arg-type]
+            local_steps=training.local_steps,
+            batch_size=training.batch_size,
+            seed=training.seed,
             round_start_s=self.ledger.clock.now_s,
             inject_partitions=self._sharers(server_round),
             inject_beta=None if self.relay is None else self.relay.plan.beta,
@@ -256,12 +259,14 @@ class EdgeStrategy(FedAvg):
                 layout=self.layout,
                 ratio=ratio,
                 k=k,
-                compressor=self.compressor,
+                selector=self.selector,
+                encoding=self.encoding,
                 weights=self.policies.weights,
                 distrusted=frozenset(self.policies.defence.refusing()),
                 measure=self.ledger.measure,
-                log=RoundLog(),
+                log=ExchangeLog(),
                 max_compress_s=self.bounds.max_compress_s,
+                run_seed=training.seed,
             ),
             model_payloads=payload_counts,
             sampling=sampling,
@@ -305,10 +310,10 @@ class EdgeStrategy(FedAvg):
             )
         model = self._apply(state, aggregate)
         self.policies.ratio.observe(trained, aggregate)
-        self.stats[server_round] = self._record(state, aggregate, aggregate_s)
+        state.stats = self._record(state, aggregate, aggregate_s)
         if not aggregate.participants:
             return None, None  # keep the old model
-        loss = self.stats[server_round].train_loss
+        loss = state.stats.train_loss
         return self.layout.unflatten(model), MetricRecord({TRAIN_LOSS: loss})
 
     def _run(self, state: RoundState, program: Program) -> Aggregate:

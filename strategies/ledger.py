@@ -1,6 +1,6 @@
 """The ledger: a round's bytes, phases, seconds and measured times, and its record.
 
-The collective and the strategy log each exchange (``RoundLog``); at the round's end the ledger
+The collective and the strategy log each exchange (``ExchangeLog``); at the round's end the ledger
 charges the phases to the virtual clock (Flower's star exchanges, or the ring/tree peer
 collective the topology names), and turns them into the round's ``RoundStats``.
 """
@@ -8,14 +8,17 @@ collective the topology names), and turns them into the round's ``RoundStats``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from strategies.collectives.base import Collective, Participant, RoundLog, weighted_loss
+from strategies.collectives.base import Collective, Participant
+from strategies.collectives.program import ExchangeLog
 from timing.clock import PhaseTiming, VirtualClock
 from timing.cost import Link
 from timing.measured import measured_times
@@ -150,7 +153,7 @@ class Ledger:
             node = self._grid.destination(reply) or node
         return node
 
-    def charge(self, log: RoundLog, collective: Collective, ratio: float) -> Charge:
+    def charge(self, log: ExchangeLog, collective: Collective, ratio: float) -> Charge:
         """Charge the round's phases to the clock (Flower's star exchanges, or the ring/tree
         peer collective the topology names)."""
         star = [self.clock.phase(p.name, p.works, p.wall_s) for p in log.phases]
@@ -160,7 +163,7 @@ class Ledger:
     def record(
         self,
         server_round: int,
-        log: RoundLog,
+        log: ExchangeLog,
         charge: Charge,
         aggregated: Sequence[Participant],
         *,
@@ -234,3 +237,15 @@ def _peer_rows(
             "bytes_down": sum(r["bytes_down"] for r in star_rows),
         }
     ]
+
+
+def weighted_loss(participants: Sequence[Participant]) -> float:
+    """Training loss averaged by examples (nan when nobody was aggregated)."""
+    if not participants:
+        return math.nan
+    return float(
+        np.average(
+            [p.reply.train_loss for p in participants],
+            weights=[p.num_examples for p in participants],
+        )
+    )

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from flwr.serverapp import Grid
 
-from strategies.collectives.base import Collective, Defence, RoundPlan, Vector, Weights
+from strategies.collectives.base import AggregationWeights, Collective, RoundPlan, Vector
+from strategies.collectives.defence import Defence
+from strategies.ledger import RoundStats
 from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates
 from strategies.policies.ratio import RatioPolicy
@@ -21,7 +23,7 @@ class Policies:
 
     ratio: RatioPolicy
     collective: FixedCollective | AutoCollective
-    weights: Weights
+    weights: AggregationWeights
     learning_rates: LearningRates
     defence: Defence
     server_optimizer: ServerOptimizer
@@ -45,3 +47,4 @@ class RoundState:
     model_payloads: dict[str, int] | None  # compressed: nodes per replica payload kind
     sampling: dict[str, object] | None = None  # clients-per-round: partitions, identify query
     connected: frozenset[int] = frozenset()  # every node connected, sampled or not
+    stats: RoundStats | None = None  # the round's figures, once it is recorded

@@ -11,7 +11,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from common.settings import Settings
-from strategies.collectives.allreduce import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
+from strategies.collectives.allreduce.names import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
 from testing.in_process import InProcessGrid
 from wire.codec import raw_array
 from wire.injection import Samples

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from torch.nn import Module
 
@@ -16,8 +17,7 @@ from client import app as client_app
 from common.params import model_to_vector
 from common.settings import Settings
 from server import app as server_app
-from server.build import train_config_record
-from strategies.edge import EdgeStrategy
+from strategies.edge import AfterRound, EdgeStrategy
 from wire.layout import Layout
 
 
@@ -30,18 +30,21 @@ class InProcessGrid:
 
     shares_files = True  # the clients write their state where the server reads it (resume)
 
-    def __init__(self, settings: Settings, first_node_id: int = 100) -> None:
+    def __init__(
+        self, settings: Settings, first_node_id: int = 100, app: ClientApp | None = None
+    ) -> None:
         self.settings = settings
+        self.app = client_app.app if app is None else app  # another: a problem of its own
         run_config = settings.to_run_config()
         self.contexts = {
             first_node_id + i: Context(
                 run_id=1,
                 node_id=first_node_id + i,
-                node_config={"partition-id": i, "num-partitions": settings.num_clients},
+                node_config={"partition-id": i, "num-partitions": settings.run.num_clients},
                 state=RecordDict(),
                 run_config=dict(run_config),
             )
-            for i in range(settings.num_clients)
+            for i in range(settings.run.num_clients)
         }
         self.sent: list[tuple[str, int]] = []  # (message type, destination) in send order
         self.fail_nodes: set[int] = set()
@@ -74,7 +77,7 @@ class InProcessGrid:
             if node in self.fail_nodes:
                 continue  # a node that dropped out: no reply
             incoming = Message(content=_wire_copy(msg.content), metadata=msg.metadata)  # type: ignore[call-overload]
-            reply = client_app.app(incoming, self.contexts[node])  # routed, with its mods
+            reply = self.app(incoming, self.contexts[node])  # routed, with its mods
             replies.append(Message(content=_wire_copy(reply.content), metadata=reply.metadata))  # type: ignore[call-overload]
         return replies
 
@@ -92,21 +95,21 @@ def run_server_app(grid: InProcessGrid) -> None:
 
 
 def train_in_process(
-    strategy: EdgeStrategy, settings: Settings, model: Module, grid: InProcessGrid, rounds: int
+    strategy: EdgeStrategy,
+    settings: Settings,
+    model: Module,
+    grid: InProcessGrid,
+    rounds: int,
+    after_round: AfterRound | None = None,
 ) -> ArrayRecord:
-    """``rounds`` rounds of a built ``strategy`` over ``grid`` from ``model``'s weights, with
-    the run's training config; the final model."""
+    """``rounds`` rounds of a built ``strategy`` over ``grid`` from ``model``'s weights (the
+    strategy holds the run's local training); the final model."""
     layout = Layout.of_model(model)
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
-        train_config=train_config_record(
-            learning_rate=settings.learning_rate,
-            local_steps=settings.local_steps,
-            batch_size=settings.batch_size,
-            seed=settings.seed,
-        ),
+        after_round=after_round,
     )
     arrays: ArrayRecord = result.arrays
     return arrays

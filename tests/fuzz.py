@@ -36,8 +36,7 @@ from common.flower_patches import set_task_identity
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import Settings, settings_with
-from server.app import build_strategy
-from server.build import train_config_record
+from server.build import build_strategy
 from server.checkpoint import CHECKPOINT_NAME
 from server.records import read_rounds
 from testing.in_process import InProcessGrid, run_server_app
@@ -51,15 +50,15 @@ PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 BASE = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
 # mode -> settings; phase -> (mode, message type, whose reply: a node id or "leader")
 MODES: dict[str, dict[str, object]] = {
-    "dense": {"strategy": "dense"},
+    "dense": {"collective": "dense"},
     "dense-streams": {
-        "strategy": "dense",
+        "collective": "dense",
         "stream_rates": "S1",
         "batch_policy": "rate",
         "aggregation_weights": "rate",
     },
     "streams-lr": {
-        "strategy": "dense",
+        "collective": "dense",
         "stream_rates": "S1",
         "batch_policy": "rate",
         "buffer_policy": "persistence",
@@ -68,39 +67,35 @@ MODES: dict[str, dict[str, object]] = {
         "lr_scale_max": 2.0,
         "aggregation_weights": "rate",
     },
-    "fedadam": {"strategy": "dense", "server_optimizer": "fedadam"},
-    "injection": {"strategy": "dense", "injection_alpha": 0.34, "injection_beta": 0.5},
-    "allgather": {"strategy": "topk", "collective": "allgather", "compression_ratio": 0.05},
+    "fedadam": {"collective": "dense", "server_optimizer": "fedadam"},
+    "injection": {"collective": "dense", "injection_alpha": 0.34, "injection_beta": 0.5},
+    "allgather": {"collective": "allgather", "compression_ratio": 0.05},
     "allgather-q8-nsga2": {
-        "strategy": "topk",
-        "compressor": "topk-q8",
+        "collective": "allgather",
+        "encoding": "int8",
         "cr_schedule": "nsga2",
         "cr_warmup_rounds": 5,
         "compression_ratio": 0.05,
     },
-    "adaptive": {"strategy": "topk", "compression_ratio": 0.05, "adaptive_delta": 1.0},
+    "adaptive": {"collective": "allgather", "compression_ratio": 0.05, "adaptive_delta": 1.0},
     "allgather-release": {
-        "strategy": "topk",
         "collective": "allgather",
         "compression_ratio": 0.05,
-        "topk_dense_vectors": True,
+        "whole_vectors": True,
         "sparsity_warmup_rounds": 3,
         "error_feedback_clip": 2.0,
     },
     "allreduce-var": {
-        "strategy": "topk",
         "collective": "allreduce",
         "leader": "var",
         "compression_ratio": 0.05,
     },
     "allreduce-global": {
-        "strategy": "topk",
         "collective": "allreduce",
         "index_policy": "global",
         "compression_ratio": 0.05,
     },
     "allreduce-residual-hints": {
-        "strategy": "topk",
         "collective": "allreduce",
         "index_policy": "residual-hints",
         "compression_ratio": 0.05,
@@ -244,7 +239,7 @@ _PARTITIONS: dict[tuple[object, ...], ArrayRecord] = {}
 
 
 def _partition(settings: Settings, partition: int) -> ArrayRecord:
-    key = (settings.seed, settings.num_clients, settings.partitioner, partition)
+    key = (settings.run.seed, settings.run.num_clients, settings.data.partitioner, partition)
     if key not in _PARTITIONS:
         data = client_partition(settings, partition)
         _PARTITIONS[key] = ArrayRecord({"x": Array(data.x), "y": Array(data.y)})
@@ -349,7 +344,7 @@ def _through_server_app(phase: str, mutate: object) -> tuple[np.ndarray, list[st
 def _through_strategy(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
     mode, kind, target = PHASES[phase]
     settings = settings_with(**(BASE | MODES[mode]))
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, kind, target, mutate)
@@ -357,7 +352,6 @@ def _through_strategy(phase: str, mutate: object) -> tuple[np.ndarray, list[str]
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=2,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     return layout.flatten(result.arrays), strategy.stats[2].refused, grid.hit
 

@@ -14,18 +14,18 @@ from typing import Any
 
 import numpy as np
 import psutil
-from flwr.app import Array, ArrayRecord, Error, Message, Metadata, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, Metadata, RecordDict
 
 from commands.run import FLWR_DIR
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings, settings_with
-from compress import COMPRESSORS
-from server.app import build_strategy
-from server.build import train_config_record
-from strategies.collectives.base import ClientRound
+from compress import ENCODINGS, SELECTORS
+from server.build import build_strategy
+from strategies.collectives.base import ClientJob
 from strategies.edge import EdgeStrategy
+from strategies.ledger import RoundStats
 from testing.in_process import InProcessGrid, train_in_process
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
@@ -97,16 +97,22 @@ def processes_with_env(name: str, value_prefix: str) -> list[int]:
 def make_strategy(clock: Any, layout: Any, **overrides: Any) -> Any:
     """The ServerApp's strategy for ``settings_with(**overrides)`` on a given clock and layout."""
     from common.settings import settings_with
-    from server.app import build_strategy
+    from server.build import build_strategy
 
     return build_strategy(settings_with(**overrides), clock, layout)
 
 
-def train_config(**overrides: Any) -> Any:
-    """``Strategy.start``'s per-round config as the ServerApp makes it."""
+class Rounds(dict[int, RoundStats]):
+    """Each round's figures as ``EdgeStrategy.start`` hands them to ``after_round``."""
 
-    values = {"learning_rate": 0.5, "local_steps": 1, "batch_size": 32, "seed": 0} | overrides
-    return train_config_record(**values)
+    def __call__(self, stats: RoundStats, arrays: Any, metrics: Any, last: bool) -> None:
+        self[stats.round] = stats
+
+
+def last_round(strategy: EdgeStrategy) -> RoundStats:
+    """The figures of the round ``aggregate_train`` just finished."""
+    assert strategy.current is not None and strategy.current.stats is not None
+    return strategy.current.stats
 
 
 def train_reply(
@@ -132,7 +138,7 @@ def assert_replicas_hold_the_model_before_last(strategy: Any, grid: Any, final: 
     import numpy as np
 
     from client.replica import REPLICA_KEY
-    from compress.base import load_vector
+    from compress.vectors import load_vector
 
     delta = strategy.replicas.last_delta
     assert delta is not None
@@ -178,16 +184,17 @@ def federation_settings(**overrides: object) -> Settings:
 
 def run_in_process(
     settings: Settings, rounds: int, grid: InProcessGrid | None = None
-) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid]:
+) -> tuple[np.ndarray, EdgeStrategy, InProcessGrid, Rounds]:
     """``rounds`` rounds of the real strategy and ClientApps in process: the final model, the
-    strategy and the grid."""
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    strategy, the grid and each round's figures."""
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
-    clock = unit_clock({i: DIGITS_PROFILE for i in range(settings.num_clients)})
+    clock = unit_clock({i: DIGITS_PROFILE for i in range(settings.run.num_clients)})
     strategy = build_strategy(settings, clock, layout, buffer_positions(model))
     grid = grid or InProcessGrid(settings)
-    arrays = train_in_process(strategy, settings, model, grid, rounds)
-    return layout.flatten(arrays), strategy, grid
+    seen = Rounds()
+    arrays = train_in_process(strategy, settings, model, grid, rounds, after_round=seen)
+    return layout.flatten(arrays), strategy, grid, seen
 
 
 # --- a two-array model, replies made by hand -------------------------------------------------
@@ -215,7 +222,7 @@ def tiny_strategy(n: int) -> EdgeStrategy:
 
 def start_round(strategy: EdgeStrategy, global_arrays: ArrayRecord, n: int) -> None:
     messages = list(
-        strategy.configure_train(1, global_arrays, train_config(), FakeGrid(range(100, 100 + n)))
+        strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + n)))
     )
     assert len(messages) == n
 
@@ -225,15 +232,24 @@ def start_round(strategy: EdgeStrategy, global_arrays: ArrayRecord, n: int) -> N
 JOB_ROUND = RoundConfig(1, 0.1, 1, 8, 0, 0.0)
 
 
-def client_job(state: RecordDict, update: np.ndarray, ratio: float) -> ClientRound:
+def client_job(
+    state: RecordDict,
+    update: np.ndarray,
+    ratio: float,
+    selector: str = "topk",
+    encoding: str = "float32",
+    **fields: Any,
+) -> ClientJob:
     """What a collective's client half gets after local training (a one-array model)."""
-    return ClientRound(
+    return ClientJob(
         state=state,
         update=update,
         instruction=TrainInstruction(JOB_ROUND, compression=CompressionConfig(ratio, "allgather")),
         layout=Layout(("v",), ((update.size,),)),
-        compressor=COMPRESSORS["topk"],
+        selector=SELECTORS[selector],
+        encoding=ENCODINGS[encoding].from_settings(settings_with().compression),
         rng=np.random.default_rng(0),
+        **fields,
     )
 
 

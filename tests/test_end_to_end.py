@@ -26,7 +26,6 @@ TOPK_ALLREDUCE = {
     "num-clients": 3,
     "num-server-rounds": 2,
     "seed": 11,
-    "strategy": "topk",
     "collective": "allreduce",
     "leader": "var",
     "compression-ratio": 0.01,

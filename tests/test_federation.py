@@ -96,7 +96,7 @@ def test_a_crashed_supernode_does_not_stop_the_federation_and_resyncs(tmp_path: 
     runtime = run_federation.NodeRuntime(short_polls=True, heartbeat_s=10)
     overrides = run_federation.deployment_overrides(
         parse_overrides(
-            "strategy=topk compression-ratio=0.1 num-clients=3 num-server-rounds=5 seed=5 "
+            "collective=allgather compression-ratio=0.1 num-clients=3 num-server-rounds=5 seed=5 "
             f"min-clients=2 round-timeout-s=20 results-dir={results}"
         ),
         runtime,

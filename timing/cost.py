@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from common.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ class LinkLike(Protocol):
 
 # --- ring and tree topologies: the exchange as the paper's peer collectives would run it ------
 
-TOPOLOGIES = ("star", "ring", "tree")
+STAR = "star"  # Flower's: every exchange through the server
+TOPOLOGIES = (STAR, "ring", "tree")
 PeerCost = Callable[[int, float, float, Link], float]  # (N, model bytes, c, link) -> seconds
 DenseCost = Callable[[int, float, Link], float]  # (N, message bytes, link) -> seconds
 Cost = TypeVar("Cost", PeerCost, DenseCost)
@@ -158,3 +162,48 @@ def transfer_s(link: LinkLike, nbytes: float, up: bool) -> float:
     """latency + bytes / bandwidth, uplink or downlink."""
     rate = link.uplink_bytes_per_s if up else link.downlink_bytes_per_s
     return link.latency_s + nbytes / rate
+
+
+def star_phase_s(
+    links: Sequence[LinkLike],
+    down_bytes: float,
+    up_bytes: float,
+    compute_s: Sequence[float] | None = None,
+) -> float:
+    """One exchange through Flower's star: each client's message down, its compute (none in a
+    phase without training), its reply up; the slowest client ends the phase."""
+    computes = [0.0] * len(links) if compute_s is None else compute_s
+    return max(
+        transfer_s(link, down_bytes, False) + c + transfer_s(link, up_bytes, True)
+        for link, c in zip(links, computes, strict=True)
+    )
+
+
+def check(settings: Settings) -> list[str]:
+    """What each topology can charge: the ring and the tree charge the papers' formulas (Top-k
+    float32 values with their indices), and only the modelled star has a server link."""
+    from compress import ENCODINGS, SELECTORS
+
+    timing, compression = settings.timing, settings.compression
+    errors = []
+    if timing.topology != STAR:
+        float32 = ENCODINGS[compression.encoding].from_settings(compression).values_nbytes(1) == 4
+        if not float32 or SELECTORS[compression.selector].draws:
+            errors.append(
+                f"topology = {timing.topology!r} charges the papers' formulas for Top-k's "
+                f"float32 values and indices; selector = {compression.selector!r} with "
+                f"encoding = {compression.encoding!r} can only be charged on the star topology"
+            )
+    server_link = (timing.server_uplink_mbps, timing.server_downlink_mbps, timing.server_latency_ms)
+    if any(server_link) and (timing.topology != STAR or timing.timing == "measured"):
+        errors.append(
+            "server-uplink-mbps, server-downlink-mbps and server-latency-ms model the server's "
+            f"link in the modelled star (topology = {STAR!r}, timing = 'modelled'); got "
+            f"topology = {timing.topology!r}, timing = {timing.timing!r}"
+        )
+    if timing.timing == "measured" and timing.topology != STAR:
+        errors.append(
+            f"timing = 'measured' measures Flower's star exchanges; topology = "
+            f"{timing.topology!r} can only be modelled"
+        )
+    return errors

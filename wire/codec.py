@@ -22,6 +22,9 @@ from wire.keys import INDICES, MASK, NUMPY_STYPE, RAW_STYPE, VALUES
 ValuesDecoder = Callable[[ArrayRecord, int], "NDArray[np.float32]"]  # (record, count) -> values
 
 
+INDEX_ARRAYS = frozenset({INDICES, MASK})  # the arrays an index set travels as
+
+
 class PayloadError(ValueError):
     """A payload is malformed: missing arrays, wrong dtype or length, bad indices, NaN."""
 

@@ -202,7 +202,7 @@ class TrainInstruction:
     replica: ReplicaPayload | None = None  # compressed collectives
     compression: CompressionConfig | None = None
     # the collective's own records and config entries (``round_records``, ``round_config``),
-    # sent with the content; a client's collective reads them from it (``ClientRound.content``)
+    # sent with the content; a client's collective reads them from it (``ClientJob.content``)
     records: Mapping[str, ArrayRecord] = dataclasses.field(default_factory=dict)
     config: Mapping[str, int | float] = dataclasses.field(default_factory=dict)
 

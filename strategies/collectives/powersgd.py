@@ -1,7 +1,7 @@
 """PowerSGD: low-rank aggregation (Vogels et al., NeurIPS 2019), two exchanges per round.
 
 Each weight matrix (a convolution as out x in·kh·kw) travels as rank-r factors, the rest of the
-model (vectors, the always-sent buffers) dense; compress/low_rank.py has the maths and says
+model (vectors, the buffers sent whole) dense; compress/low_rank.py has the maths and says
 which is which. ``train``: the instruction carries Q (``WARM_Q_KEY``: the last round's
 aggregated Q, the warm start, in the first round a seeded draw), every client trains, holds
 e = update + residual and sends P_i = M_i Q per matrix with e's dense positions. The server
@@ -26,39 +26,38 @@ compressor).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
 from common.settings import Settings
-from compress import low_rank
-from compress.base import ErrorFeedback, drop_vector, load_vector, store_vector
+from compress import ENCODINGS, SELECTORS, low_rank
+from compress.error_feedback import ErrorFeedback
+from compress.float32 import Float32
 from compress.low_rank import Factored, FactorShape, Matrix
+from compress.topk import TopK
+from compress.vectors import drop_vector, load_vector, store_vector
 from strategies.collectives.base import (
     ActionHandler,
     Aggregate,
     ClientAction,
+    ClientJob,
     ClientPayload,
-    ClientRound,
+    Collective,
     Indices,
     Outlook,
     Participant,
-    Program,
     RoundPlan,
     Vector,
-    combine,
-    exchange,
-    finished,
-    phase_replies,
 )
+from strategies.collectives.program import Program, combine, exchange, finished, phase_replies
 from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
-    DenseCost,
     Link,
     peer_cost,
     ring_allreduce,
-    transfer_s,
+    star_phase_s,
     tree_allreduce,
 )
 from wire.codec import (
@@ -69,7 +68,7 @@ from wire.codec import (
     read_raw,
     values_record,
 )
-from wire.keys import SPARSE_KEY, TRAIN, VALUES
+from wire.keys import TRAIN, VALUES
 from wire.layout import Layout
 from wire.nbytes import content_nbytes
 from wire.phases import PhaseReply, PhaseRequest, required_sparse
@@ -107,12 +106,12 @@ def exact_values(record: ArrayRecord, count: int, also: frozenset[str] = frozens
     return decode_values(record, count)
 
 
-def _warm_start(job: ClientRound) -> tuple[FactorShape, list[Matrix]]:
+def _warm_start(job: ClientJob) -> tuple[FactorShape, list[Matrix]]:
     """The round's factor shape and the Q the instruction carries, checked against the model."""
     record = job.content.array_records.get(WARM_Q_KEY)
     if record is None:
         raise PayloadError(f"ArrayRecord {WARM_Q_KEY!r} is missing")
-    matrices, dense = low_rank.blocks(job.layout, job.always_sent)
+    matrices, dense = low_rank.blocks(job.layout, job.whole)
     ranks = read_raw(record, RANKS, "int64")
     if ranks.size != len(matrices):
         raise PayloadError(f"{ranks.size} ranks for {len(matrices)} matrices")
@@ -120,13 +119,12 @@ def _warm_start(job: ClientRound) -> tuple[FactorShape, list[Matrix]]:
     return shape, shape.split_q(exact_values(record, shape.q_count, frozenset({RANKS})))
 
 
-def _train(job: ClientRound) -> ClientPayload:
+def _train(job: ClientJob) -> ClientPayload:
     """P_i = M_i Q per matrix, and e at the dense positions; e waits for P̂ in the state (and
     stays the residual until the second exchange takes its share)."""
     shape, warm_q = _warm_start(job)
-    memory = ErrorFeedback.from_state(job.state, job.update.size)
-    whole = np.union1d(job.always_sent, shape.dense)  # sent as they are: a clip leaves them
-    compensated = memory.compensate(job.update, job.error_feedback_clip, whole)
+    # the dense positions are sent as they are: a clip leaves them
+    compensated = job.compensated(np.union1d(job.whole, shape.dense))
     ErrorFeedback(compensated).to_state(job.state)  # nothing has left yet
     store_vector(job.state, PENDING_KEY, compensated)
     job.state[SHAPE_KEY] = ArrayRecord(
@@ -178,43 +176,53 @@ def _second(action: ClientAction) -> ArrayRecord:
 # --- server half -----------------------------------------------------------------------------
 
 
-class PowerSgd:
+class PowerSgd(Collective):
     name: ClassVar[str] = "powersgd"
-    compressed: ClassVar[bool] = True
-    gain: ClassVar[str | None] = None
     own_settings: ClassVar[tuple[str, ...]] = ("powersgd-rank",)
-    reply_metrics: ClassVar[frozenset[str]] = frozenset()
     aligned: ClassVar[bool] = True  # the same P̂ and Q
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
-    PEER: ClassVar[dict[str, DenseCost]] = {
-        "ring": ring_allreduce,
-        "tree": tree_allreduce,
-    }
+    ALLREDUCES = {"ring": ring_allreduce, "tree": tree_allreduce}
 
     @classmethod
-    def from_settings(cls, settings: Settings, layout: Layout, always_sent: Indices) -> PowerSgd:
-        # The replicas get factors when the step applied is the aggregate itself (FedAvg's
-        # step at rate 1, the clients' statistics); else the whole update (strategies/replicas)
-        as_aggregated = (
-            settings.server_optimizer == "sgd"
-            and settings.server_learning_rate == 1.0
-            and settings.batch_norm_statistics == "averaged"
-        )
-        return cls(layout, always_sent, settings.seed, settings.powersgd_rank, as_aggregated)
+    def check(cls, settings: Settings) -> list[str]:
+        errors = []
+        compression = settings.compression
+        if SELECTORS[compression.selector].draws or ENCODINGS[compression.encoding] is not Float32:
+            errors.append(
+                f"collective {cls.name!r} sends low-rank factors as float32: it selects no "
+                f"coordinates and encodes no values (selector = {TopK.name!r}, encoding = "
+                f"{Float32.name!r} with it; got {compression.selector!r}, "
+                f"{compression.encoding!r})"
+            )
+        if settings.ratio.adaptive_delta > 0:
+            errors.append(
+                "adaptive-delta votes on the residual share Top-k leaves; collective "
+                f"{cls.name!r} leaves another (adaptive-delta = 0 with it)"
+            )
+        return errors
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, layout: Layout, whole: Indices, step_is_aggregate: bool = True
+    ) -> Self:
+        # The replicas get factors when the step applied is the aggregate itself; else the
+        # whole update (strategies/replicas.py)
+        rank = settings.collective.powersgd_rank
+        return cls(layout, whole, settings.run.seed, rank, step_is_aggregate)
 
     @staticmethod
-    def client_train(job: ClientRound) -> ClientPayload:
+    def client_train(job: ClientJob) -> ClientPayload:
         return _train(job)
 
     def __init__(
         self,
         layout: Layout,
-        always_sent: Indices,
+        whole: Indices,
         seed: int,
         rank: int = 0,
         factored_deltas: bool = True,
     ) -> None:
-        self.matrices, self.dense = low_rank.blocks(layout, always_sent)
+        self.matrices, self.dense = low_rank.blocks(layout, whole)
         self.size = layout.size
         self.seed = seed
         self.rank = rank  # 0: from the round's compression ratio
@@ -249,12 +257,6 @@ class PowerSgd:
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
         shape = self.shape(ratio)
         return {WARM_Q_KEY: factors_record(shape.ranks, self.warm_q(shape))}
-
-    def reply_arrays(self, plan: RoundPlan) -> frozenset[str]:
-        return frozenset({SPARSE_KEY})
-
-    def round_config(self) -> dict[str, int | float]:
-        return {}
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector:
         """P_i per matrix, then the dense values."""
@@ -318,14 +320,8 @@ class PowerSgd:
         else:
             delta = 4 * self.size + index_nbytes(self.size, self.size)
         down = delta + 4 * q + table + ov
-        train = max(
-            transfer_s(link, down, False) + c + transfer_s(link, 4 * (p + dense) + ov, True)
-            for link, c in zip(outlook.links, outlook.compute_s, strict=True)
-        )
-        exchange_q = max(
-            transfer_s(link, 4 * p + ov, False) + transfer_s(link, 4 * q + ov, True)
-            for link in outlook.links
-        )
+        train = star_phase_s(outlook.links, down, 4 * (p + dense) + ov, outlook.compute_s)
+        exchange_q = star_phase_s(outlook.links, 4 * p + ov, 4 * q + ov)
         return train + exchange_q
 
     def peer_exchange_s(
@@ -333,7 +329,7 @@ class PowerSgd:
     ) -> float:
         """Two allreduces, as PowerSGD runs on peers: the P_i with the dense values, then the
         Q_i (``model_bytes`` is not read: the factors' sizes follow from the ratio)."""
-        allreduce = peer_cost(self.PEER, topology, self.name)
+        allreduce = peer_cost(self.ALLREDUCES, topology, self.name)
         shape = self.shape(ratio)
         first = 4 * (shape.p_count + shape.dense.size)
         return allreduce(n, first, link) + allreduce(n, 4 * shape.q_count, link)

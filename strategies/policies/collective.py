@@ -11,7 +11,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from common.settings import Settings
+from strategies.collectives import COLLECTIVES
 from strategies.policies.round_times import RoundTimes
+
+AUTO = "auto"
+# collective = a collective of the table, or auto: chosen per round among compressed ones
+COLLECTIVE_CHOICES = (*COLLECTIVES, AUTO)
+
+
+def auto_candidates(settings: Settings) -> tuple[str, ...]:
+    """``auto-collectives`` as names (unchecked: ``check`` says what is wrong with them)."""
+    return tuple(name.strip() for name in settings.collective.auto_collectives.split(","))
+
+
+def run_collectives(settings: Settings) -> tuple[str, ...]:
+    """The collectives a run may use (auto's candidates, or the one configured), in the
+    collectives table's order."""
+    chosen = settings.collective.collective
+    names = set(auto_candidates(settings)) if chosen == AUTO else {chosen}
+    return tuple(name for name in COLLECTIVES if name in names)
+
+
+def compressed(settings: Settings) -> bool:
+    """Whether the run's rounds compress (auto chooses among compressed collectives only)."""
+    chosen = settings.collective.collective
+    return chosen == AUTO or COLLECTIVES[chosen].compressed
+
+
+def check(settings: Settings) -> list[str]:
+    """auto's candidates, then each collective the run may use by its own rules."""
+    if settings.collective.collective == AUTO:
+        names = auto_candidates(settings)
+        allowed = [name for name, collective in COLLECTIVES.items() if collective.compressed]
+        if set(names) - set(allowed) or len(set(names)) != len(names):
+            return [
+                f"auto-collectives = {settings.collective.auto_collectives!r}: name each of "
+                f"{', '.join(allowed)} at most once, comma-separated"
+            ]
+    return [
+        error for name in run_collectives(settings) for error in COLLECTIVES[name].check(settings)
+    ]
 
 
 class FixedCollective:

@@ -14,8 +14,11 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from common.settings import ConfigError, Settings
+from common.settings import Settings
+from compress.topk import TopK
+from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Aggregate, Participant
+from strategies.policies.collective import compressed, run_collectives
 from strategies.policies.round_times import RoundTimes
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.train_instruction import CompressionConfig
@@ -54,7 +57,7 @@ class FixedRatio:
 
     @classmethod
     def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> FixedRatio:
-        return cls(settings.compression_ratio)
+        return cls(settings.compression.compression_ratio)
 
     def choose(self, server_round: int, times: RoundTimes) -> float:
         return self.ratio
@@ -85,23 +88,18 @@ class Nsga2Ratio:
     @classmethod
     def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> Nsga2Ratio:
         """``collectives``: the run's that the schedule models the gain of (its fronts)."""
-        if not collectives:
-            raise ConfigError(
-                "cr-schedule = 'nsga2' weighs a collective's gain, which collective = "
-                f"{settings.collective!r} has no model of"
-            )
         return cls(
-            initial_ratio=settings.compression_ratio,
-            cr_min=settings.cr_min,
-            cr_max=settings.cr_max,
-            warmup_rounds=settings.cr_warmup_rounds,
-            population=settings.cr_population,
-            generations=settings.cr_generations,
-            seed=settings.seed,
-            selection=settings.cr_selection,
-            weight_time=settings.cr_weight_time,
-            progress_exponent=settings.cr_progress_exponent,
-            ratio_ramp=settings.cr_ratio_ramp,
+            initial_ratio=settings.compression.compression_ratio,
+            cr_min=settings.ratio.cr_min,
+            cr_max=settings.ratio.cr_max,
+            warmup_rounds=settings.ratio.cr_warmup_rounds,
+            population=settings.ratio.cr_population,
+            generations=settings.ratio.cr_generations,
+            seed=settings.run.seed,
+            selection=settings.ratio.cr_selection,
+            weight_time=settings.ratio.cr_weight_time,
+            progress_exponent=settings.ratio.cr_progress_exponent,
+            ratio_ramp=settings.ratio.cr_ratio_ramp,
             collectives=collectives,
         )
 
@@ -150,7 +148,7 @@ class AdaptiveRatio:
 
     @classmethod
     def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> AdaptiveRatio:
-        return cls(settings.compression_ratio, settings.adaptive_delta)
+        return cls(settings.compression.compression_ratio, settings.ratio.adaptive_delta)
 
     def choose(self, server_round: int, times: RoundTimes) -> float:
         return self.ratio if self.compress_next else 1.0
@@ -223,21 +221,22 @@ class RatioPolicyClass(Protocol):
 
 
 # cr-schedule -> the ratio policy of a compressed collective
-CR_SCHEDULES: dict[str, RatioPolicyClass] = {"fixed": FixedRatio, "nsga2": Nsga2Ratio}
+FIXED, NSGA2 = "fixed", "nsga2"
+CR_SCHEDULES: dict[str, RatioPolicyClass] = {FIXED: FixedRatio, NSGA2: Nsga2Ratio}
 
 
 def ratio_policy(settings: Settings, modelled: tuple[str, ...]) -> RatioPolicy:
     """Dense rounds send everything; adaptive-delta > 0 (ScaDLES) replaces the cr-schedule;
     sparsity-warmup-rounds wraps either."""
-    if settings.strategy == "dense":
+    if not compressed(settings):
         return FixedRatio(1.0)
     policy: RatioPolicy
-    if settings.adaptive_delta > 0:
+    if settings.ratio.adaptive_delta > 0:
         policy = AdaptiveRatio.from_settings(settings, modelled)
     else:
-        policy = CR_SCHEDULES[settings.cr_schedule].from_settings(settings, modelled)
-    if settings.sparsity_warmup_rounds:
-        policy = SparsityWarmUp(policy, settings.sparsity_warmup_rounds)
+        policy = CR_SCHEDULES[settings.ratio.cr_schedule].from_settings(settings, modelled)
+    if settings.ratio.sparsity_warmup_rounds:
+        policy = SparsityWarmUp(policy, settings.ratio.sparsity_warmup_rounds)
     return policy
 
 
@@ -245,3 +244,28 @@ def ratio_policy(settings: Settings, modelled: tuple[str, ...]) -> RatioPolicy:
 # the run's policy has none), as they always have
 _POLICY_CLASSES: tuple[RatioPolicyClass, ...] = (*CR_SCHEDULES.values(), AdaptiveRatio)
 RATIO_RECORD_FIELDS = tuple(name for policy in _POLICY_CLASSES for name in policy.record_fields)
+
+
+def check(settings: Settings) -> list[str]:
+    """What the ratio policies need of the rest of the run."""
+    errors = []
+    schedule, collective = settings.ratio.cr_schedule, settings.collective.collective
+    if settings.ratio.adaptive_delta > 0 and (not compressed(settings) or schedule != FIXED):
+        errors.append(
+            f"adaptive-delta needs a compressed collective with cr-schedule = {FIXED!r} (got "
+            f"collective = {collective!r}, cr-schedule = {schedule!r})"
+        )
+    if compressed(settings) and schedule == NSGA2:
+        modelled = [name for name in run_collectives(settings) if COLLECTIVES[name].gain]
+        if not modelled:
+            errors.append(
+                f"cr-schedule = {NSGA2!r} weighs a collective's gain, which collective = "
+                f"{collective!r} has no model of"
+            )
+        selector = settings.compression.selector
+        if selector != TopK.name:
+            errors.append(
+                f"cr-schedule = {NSGA2!r} models the gain of the clients' Top-k (their reported "
+                f"curves); selector = {selector!r} sends other coordinates"
+            )
+    return errors

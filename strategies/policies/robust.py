@@ -28,9 +28,13 @@ import numpy as np
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from numpy.typing import NDArray
 
+from common.settings import Settings
+from strategies.collectives import ALIGNED, COLLECTIVES
 from strategies.collectives.maths import weighted_average
+from strategies.policies.collective import run_collectives
 
 Vector = np.ndarray
+Indices = NDArray[np.int64]
 
 
 def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
@@ -90,6 +94,11 @@ class NoDefence:
     coordinatewise: ClassVar[bool] = False
     screens: ClassVar[bool] = False  # refuses some updates (``screen``) before combining
 
+    @classmethod
+    def from_settings(cls, settings: Settings, buffers: Indices) -> NoDefence:
+        """The defence the settings make; ``buffers``: the model's, left out of comparisons."""
+        return cls()
+
     def screen(
         self,
         partitions: Sequence[int],
@@ -117,6 +126,10 @@ class Clip(NoDefence):
 
     def __init__(self, factor: float) -> None:
         self.factor = factor
+
+    @classmethod
+    def from_settings(cls, settings: Settings, buffers: Indices) -> NoDefence:
+        return cls(settings.trust.robust_clip)
 
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
         return weighted_average(clip_to_median(vectors, self.factor), weights)
@@ -154,6 +167,10 @@ class ClipScreen(Clip):
     MIN_ROUNDS: ClassVar[int] = 5  # a standard error needs a sample
     Z: ClassVar[float] = 2.0
     MIN_NODES: ClassVar[int] = 3  # of two updates against each other, either may be the liar
+
+    @classmethod
+    def from_settings(cls, settings: Settings, buffers: Indices) -> NoDefence:
+        return cls(settings.trust.robust_clip, buffers)
 
     def __init__(self, factor: float, buffers: NDArray[np.int64] | None = None) -> None:
         super().__init__(factor)
@@ -233,6 +250,10 @@ class TrimmedMean(NoDefence):
     def __init__(self, trim: float) -> None:
         self.trim = trim
 
+    @classmethod
+    def from_settings(cls, settings: Settings, buffers: Indices) -> NoDefence:
+        return cls(settings.trust.robust_trim)
+
     def combine(self, vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
         return np.asarray(trim_mean(np.stack(vectors), self.trim), dtype=np.float32)
 
@@ -249,5 +270,19 @@ def _defences(cls: type[NoDefence]) -> list[type[NoDefence]]:
     return [cls, *(d for sub in cls.__subclasses__() for d in _defences(sub))]
 
 
-# the defences that combine coordinate by coordinate (settings: they need aligned values)
-COORDINATEWISE = frozenset(d.name for d in _defences(NoDefence) if d.coordinatewise)
+DEFENCES: dict[str, type[NoDefence]] = {d.name: d for d in _defences(NoDefence)}
+
+
+def check(settings: Settings) -> list[str]:
+    """A defence that combines coordinate by coordinate needs every client's values at the
+    same coordinates: the defences and the collectives say which do."""
+    defence = DEFENCES[settings.trust.robust]
+    unaligned = [name for name in run_collectives(settings) if name not in ALIGNED]
+    if not defence.coordinatewise or not unaligned:
+        return []
+    aligned = " or ".join(repr(name) for name in COLLECTIVES if name in ALIGNED)
+    return [
+        f"robust = {defence.name!r} combines updates coordinate by coordinate, which needs "
+        f"them at the same coordinates: collective = {aligned} (got {unaligned[0]!r}, whose "
+        "index sets differ per client)"
+    ]

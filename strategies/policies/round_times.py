@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from strategies.collectives.base import Collective, Outlook, Phase, round_s
+from strategies.collectives.base import Collective, Outlook
+from strategies.collectives.program import Phase
 from timing.clock import PhaseTiming
 from timing.link_estimator import DOWN, UP, LinkEstimate, LinkEstimator
 
@@ -53,7 +54,7 @@ class RoundTimes:
         compute = [self.compute_s.get(c, 0.0) for c in range(self.num_clients)]
         outlook = Outlook(known, compute, ratio, self.size, self.values_nbytes)
         return {
-            name: round_s(collective, self.topology, outlook)
+            name: collective.round_s(self.topology, outlook)
             for name, collective in self.collectives.items()
         }
 

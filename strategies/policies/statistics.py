@@ -17,6 +17,7 @@ from torch import nn
 
 from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import ArrayData
+from common.settings import Settings
 from strategies.collectives.base import DenseUpdate, Update, Vector
 from wire.codec import Sparse
 
@@ -66,3 +67,15 @@ STATISTICS: dict[str, Callable[[nn.Module, ArrayData | None], StatisticsPolicy]]
     Averaged.name: lambda model, validation: Averaged(),
     Recomputed.name: Recomputed,
 }
+
+
+def check(settings: Settings) -> list[str]:
+    """Statistics recomputed by the server need the server's validation split."""
+    if settings.training.batch_norm_statistics == Recomputed.name and not (
+        settings.data.validation_fraction > 0
+    ):
+        return [
+            "batch-norm-statistics: recomputes statistics on the validation split, so it needs "
+            "validation-fraction > 0"
+        ]
+    return []

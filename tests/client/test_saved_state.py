@@ -11,8 +11,8 @@ from client.node import LOCAL_DATA_KEY
 from client.saved_state import restore_state, save_state, state_file
 from client.state_bytes import state_from_bytes, state_to_bytes
 from common.settings import settings_with
-from compress.base import load_vector, store_vector
 from compress.state_store import is_stored, store_of, use_store
+from compress.vectors import load_vector, store_vector
 from wire.keys import RESTORE_STATE, SAVE_STATE
 from wire.queries import StateRequest, parse_state_reply
 

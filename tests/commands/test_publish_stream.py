@@ -112,7 +112,7 @@ def test_publishes_every_sample_once_in_the_stream_order_at_the_rate(
         sub.close()
     assert result == PublishResult(count, 0, topic, result.elapsed_s)
     assert sorted(sub.seqs()) == list(range(count))  # every one, exactly once
-    ids = _expected_ids(len(data), rate, (settings.seed, 1), count)
+    ids = _expected_ids(len(data), rate, (settings.run.seed, 1), count)
     by_seq = {s.seq: s for s in sub.samples}
     assert np.array_equal(np.stack([by_seq[k].x for k in range(count)]), data.x[ids])
     assert [by_seq[k].y for k in range(count)] == data.y[ids].tolist()

@@ -117,7 +117,7 @@ def _probe_nodes(address: str) -> list[str]:
         return []
 
 
-RUN = "num-clients=4 num-server-rounds=3 round-timeout-s=60 strategy=topk collective=allgather"
+RUN = "num-clients=4 num-server-rounds=3 round-timeout-s=60 collective=allgather"
 
 
 def _run(tmp_path: Path, name: str, extra: str = "") -> list[dict[str, object]]:

@@ -9,13 +9,13 @@ from common.settings import ConfigError
 
 def test_bare_words_are_strings_and_numbers_stay_numbers() -> None:
     parsed = parse_overrides(
-        "num-server-rounds=3 seed=7 results-dir=/tmp/x strategy=dense learning-rate=0.1"
+        "num-server-rounds=3 seed=7 results-dir=/tmp/x collective=dense learning-rate=0.1"
     )
     assert parsed == {
         "num-server-rounds": 3,
         "seed": 7,
         "results-dir": "/tmp/x",
-        "strategy": "dense",
+        "collective": "dense",
         "learning-rate": 0.1,
     }
 
@@ -35,7 +35,7 @@ def test_toml_file(tmp_path: Path) -> None:
 
 
 def test_what_we_pass_to_flwr_run_parses_back_to_the_same_values() -> None:
-    config = {"results-dir": "/tmp/a b", "seed": 3, "learning-rate": 0.25, "strategy": "dense"}
+    config = {"results-dir": "/tmp/a b", "seed": 3, "learning-rate": 0.25, "collective": "dense"}
     assert parse_config_args([format_overrides(config)]) == config
 
 
@@ -52,9 +52,9 @@ def test_bad_configuration_stops_before_anything_starts() -> None:
 
 def test_results_dir_is_made_absolute_with_a_timestamped_default() -> None:
     settings = resolve_settings({}, now=0.0)
-    assert Path(settings.results_dir).is_absolute()
-    assert Path(settings.results_dir).parent.name == "results"
-    assert settings.results_dir.endswith("-dense")
+    assert Path(settings.run.results_dir).is_absolute()
+    assert Path(settings.run.results_dir).parent.name == "results"
+    assert settings.run.results_dir.endswith("-dense")
     assert resolve_settings({"results-dir": "/tmp/somewhere"}).results_dir == "/tmp/somewhere"
 
 

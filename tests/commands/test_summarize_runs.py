@@ -22,7 +22,7 @@ def _run(directory: Path, accuracies: list[float], recomputed: list[float]) -> N
         for i, (a, r) in enumerate(zip(accuracies, recomputed, strict=True))
     ]
     (directory / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = {"strategy": "dense"}
+    config = {"collective": "dense"}
     (directory / "summary.json").write_text(json.dumps({"config": config}))
 
 

@@ -49,7 +49,7 @@ def test_alpha_shifts_every_logit_alike_and_so_leaves_the_labels_as_fedprox_does
 
 def test_the_server_tests_on_every_clients_held_out_share() -> None:
     settings = settings_with(dataset="synthetic", num_clients=4, test_fraction=0.25)
-    counts = [len(synthetic.client_samples(1.0, 1.0, settings.seed, k)[1]) for k in range(4)]
+    counts = [len(synthetic.client_samples(1.0, 1.0, settings.run.seed, k)[1]) for k in range(4)]
     trained = sum(len(client_partition(settings, k)) for k in range(4))
     test = server_test_split(settings)
     assert trained + len(test) == sum(counts)

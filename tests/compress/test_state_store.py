@@ -12,13 +12,6 @@ import pytest
 from flwr.app import ArrayRecord, RecordDict
 
 from compress import state_store
-from compress.base import (
-    drop_vector,
-    load_vector,
-    store_vector,
-    vectors_in_memory,
-    vectors_into_store,
-)
 from compress.state_store import (
     AUTO,
     DISK,
@@ -32,6 +25,13 @@ from compress.state_store import (
     sweep_abandoned,
     use_store,
     uses_disk,
+)
+from compress.vectors import (
+    drop_vector,
+    load_vector,
+    store_vector,
+    vectors_in_memory,
+    vectors_into_store,
 )
 
 GIB = 1 << 30

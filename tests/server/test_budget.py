@@ -11,7 +11,7 @@ from testing.in_process import InProcessGrid, run_server_app
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
-RUN = "num-clients=3 num-server-rounds=6 seed=5 strategy=topk compression-ratio=0.05"
+RUN = "num-clients=3 num-server-rounds=6 seed=5 collective=allgather compression-ratio=0.05"
 
 
 def _rounds(text: str, results_dir: Path) -> list[dict[str, object]]:

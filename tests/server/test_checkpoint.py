@@ -19,7 +19,7 @@ from client.replica import REPLICA_KEY
 from commands.run_config import parse_overrides, resolve_settings
 from common.settings import ConfigError
 from common.state_file import dump_state
-from compress.base import RESIDUAL_KEY
+from compress.error_feedback import RESIDUAL_KEY
 from compress.state_store import is_stored
 from server import app as server_app
 from server.checkpoint import (
@@ -39,7 +39,7 @@ from wire.packing import unpack
 pytestmark = pytest.mark.usefixtures("task_identity")
 
 DENSE = "num-clients=3 num-server-rounds=5 seed=4"
-TOPK = f"{DENSE} strategy=topk collective=auto cr-schedule=nsga2 cr-warmup-rounds=1 " + (
+TOPK = f"{DENSE} collective=auto cr-schedule=nsga2 cr-warmup-rounds=1 " + (
     "cr-population=8 cr-generations=4"
 )
 
@@ -90,13 +90,13 @@ def _crash_then_resume(text: str, tmp_path: Path, crash_round: int) -> Path:
 # Every strategy: a resumed run records what the uninterrupted run does (wall clock aside).
 RESUMED = {
     "dense": DENSE,
-    "allgather": f"{DENSE} strategy=topk collective=allgather compression-ratio=0.05",
-    "allreduce-star": f"{DENSE} strategy=topk collective=allreduce leader=star",
+    "allgather": f"{DENSE} collective=allgather compression-ratio=0.05",
+    "allreduce-star": f"{DENSE} collective=allreduce leader=star",
     "nsga2-auto": TOPK,
     "scadles": f"configs/scadles.toml {DENSE}",
     # beyond issue 40's five: a sample a round, low rank, data injection
-    "sampled": f"{DENSE} num-clients=4 clients-per-round=2 strategy=topk collective=allgather",
-    "powersgd": f"{DENSE} strategy=topk collective=powersgd powersgd-rank=2",
+    "sampled": f"{DENSE} num-clients=4 clients-per-round=2 collective=allgather",
+    "powersgd": f"{DENSE} collective=powersgd powersgd-rank=2",
     "injection": (
         f"configs/scadles.toml configs/scadles-noniid-injection.toml {DENSE} "
         "injection-alpha=0.5 injection-beta=0.5"
@@ -215,17 +215,17 @@ def test_keys_a_resumed_run_may_change() -> None:
 
 
 FAMILIES = {
-    "allreduce-var": f"{DENSE} strategy=topk collective=allreduce leader=var",
-    "adaptive": f"{DENSE} strategy=topk adaptive-delta=0.3",
+    "allreduce-var": f"{DENSE} collective=allreduce leader=var",
+    "adaptive": f"{DENSE} collective=allgather adaptive-delta=0.3",
     "flagship": f"configs/flagship.toml {TOPK}",
     "stream-persistence": (
-        f"{DENSE} strategy=topk stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
+        f"{DENSE} collective=allgather stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
         "buffer-capacity=64 lr-scaling=linear lr-scale-max=1.5 aggregation-weights=uniform"
     ),
-    "sampled-ring": f"{DENSE} num-clients=4 clients-per-round=2 topology=ring strategy=topk",
+    "sampled-ring": f"{DENSE} num-clients=4 clients-per-round=2 topology=ring collective=allgather",
     "fedadam-recomputed": (
         f"{DENSE} model=cnn1d-bn dataset=mnist1d mnist1d-samples=600 server-optimizer=fedadam "
-        "validation-fraction=0.2 batch-norm-statistics=recomputed strategy=topk"
+        "validation-fraction=0.2 batch-norm-statistics=recomputed collective=allgather"
     ),
 }
 

@@ -19,7 +19,7 @@ def _stats(r: int, t: float) -> RoundStats:
 
 
 def test_rounds_summary_and_plot(tmp_path: Path) -> None:
-    recorder = RunRecorder(tmp_path / "run", {"strategy": "dense", "dataset": "digits"})
+    recorder = RunRecorder(tmp_path / "run", {"collective": "dense", "dataset": "digits"})
     recorder.record_initial(0.1, 2.3)
     recorder.record_round(_stats(1, 1.5), accuracy=0.6, loss=1.0)
     row = recorder.record_round(_stats(2, 3.0), accuracy=0.5, loss=1.1)

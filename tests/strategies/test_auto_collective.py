@@ -7,11 +7,12 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
-from server.app import build_strategy
-from server.build import train_config_record
+from server.build import build_strategy
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import TOPK_NORM2, Allreduce, shared_index_factor
+from strategies.collectives.allreduce import Allreduce
+from strategies.collectives.allreduce.leaders import shared_index_factor
+from strategies.collectives.allreduce.names import TOPK_NORM2
 from strategies.collectives.base import Outlook, Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import federation_settings, unit_clock
@@ -28,13 +29,12 @@ DEVICE = DeviceProfile("pi", 2000.0, 0.0, 5 * MBPS, 5 * MBPS, 0.01)
 @pytest.mark.slow  # a 60-round federation
 def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     settings = federation_settings(
-        strategy="topk",
         compression_ratio=0.01,
         collective="auto",
         auto_collectives="allreduce,allgather",
     )
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     clock = unit_clock({i: DEVICE for i in range(3)}, schedule)
     strategy = build_strategy(settings, clock, layout)
@@ -43,7 +43,6 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     k, d = topk_count(layout.size, 0.01), layout.size
     agree, flips = 0, 0
@@ -72,7 +71,6 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
 @pytest.mark.slow  # NSGA-II solves over a federation
 def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> None:
     settings = federation_settings(
-        strategy="topk",
         compression_ratio=0.01,
         collective="auto",
         cr_schedule="nsga2",
@@ -80,7 +78,7 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
         cr_generations=10,
     )
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: DEVICE for i in range(3)}, schedule), layout)
 
@@ -88,7 +86,6 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=80,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     solves = [s.ratio_policy["ratio_solve"] for s in strategy.stats.values() if s.ratio_policy]
     assert solves[0]["round"] == 4 and solves[0]["reason"] == "warm-up done"
@@ -134,7 +131,6 @@ def test_shared_index_factor_on_a_hand_computed_round() -> None:
 def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
     settings = federation_settings(
         **{
-            "strategy": "topk",
             "compression_ratio": 0.01,
             "collective": "auto",
             "num_clients": clients,
@@ -142,7 +138,7 @@ def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
         }
     )
     schedule = load_schedule(PROJECT_ROOT / "configs/networks.toml", "c1-edge", 3, seed=0)
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     clock = unit_clock({i: DEVICE for i in range(clients)}, schedule)
     strategy = build_strategy(settings, clock, layout)
@@ -150,7 +146,6 @@ def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     return strategy.stats
 

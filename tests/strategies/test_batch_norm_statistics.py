@@ -104,8 +104,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     from common.data import DIGITS_SPEC, server_validation_split
     from common.models import build_model
     from common.params import buffer_positions
-    from server.app import build_strategy
-    from server.build import train_config_record
+    from server.build import build_strategy
     from testing.in_process import InProcessGrid
     from tests.helpers import DIGITS_PROFILE, unit_clock
     from wire.layout import Layout
@@ -116,13 +115,12 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
         learning_rate=0.3,
         seed=5,
         model="mlp-bn",
-        strategy="topk",
         collective=collective,
         compression_ratio=0.05,
         validation_fraction=0.1,
         batch_norm_statistics="recomputed",
     )
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     validation = server_validation_split(settings)
     assert validation is not None
     layout = Layout.of_model(model)
@@ -131,16 +129,13 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
         unit_clock({i: DIGITS_PROFILE for i in range(3)}),
         layout,
         buffer_positions(model),
-        STATISTICS[settings.batch_norm_statistics](model, validation),
+        STATISTICS[settings.training.batch_norm_statistics](model, validation),
     )
     grid = InProcessGrid(settings)
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=3,
-        train_config=train_config_record(
-            learning_rate=0.3, local_steps=1, batch_size=16, seed=settings.seed
-        ),
     )
     final = layout.flatten(result.arrays)
     np.testing.assert_allclose(

@@ -13,7 +13,8 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from common.settings import settings_with
 from server.build import bounds
 from strategies.bounds import Bounds
-from strategies.collectives.allreduce import HINTS_KEY, TOPK_NORM2, implausible_claims
+from strategies.collectives.allreduce.leaders import implausible_claims
+from strategies.collectives.allreduce.names import HINTS_KEY, TOPK_NORM2
 from strategies.collectives.base import Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import (
@@ -150,13 +151,13 @@ class ClaimingGrid(InProcessGrid):
         return replies
 
 
-VAR = {"strategy": "topk", "collective": "allreduce", "leader": "var", "compression_ratio": 0.05}
+VAR = {"collective": "allreduce", "leader": "var", "compression_ratio": 0.05}
 
 
 def _led(settings, grid):  # type: ignore[no-untyped-def]
     """Three rounds over ``grid``: the strategy, and the node asked for the index set each
     round (its leader)."""
-    _, strategy, _ = run_in_process(settings, rounds=3, grid=grid)
+    _, strategy, _, stats = run_in_process(settings, rounds=3, grid=grid)
     return strategy, [node for kind, node in grid.sent if kind == "train.indices"]
 
 
@@ -210,8 +211,7 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
     from common.data import DIGITS_SPEC
     from common.models import build_model
     from common.params import model_to_vector
-    from server.app import build_strategy
-    from server.build import train_config_record
+    from server.build import build_strategy
     from tests.fuzz import PROFILE, MutatingGrid
     from tests.helpers import unit_clock
     from wire.keys import METRICS_KEY, STREAM_METRICS
@@ -225,7 +225,7 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
     settings = settings_with(
         num_clients=3, seed=5, stream_rates="S1", aggregation_weights="rate", batch_size=16
     )
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, "train", 101, strip)
@@ -233,7 +233,6 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=3,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     assert grid.hit == 101
     refused = strategy.stats[2].refused
@@ -255,7 +254,7 @@ def _with_record(name: str, size: int) -> Any:
     [
         ({}, "attachment", "records nobody reads: attachment"),
         ({}, HINTS_KEY, f"records nobody reads: {HINTS_KEY}"),  # dense reads no hints
-        ({"strategy": "topk", "collective": "allgather"}, ARRAYS_KEY, "nobody reads"),
+        ({"collective": "allgather"}, ARRAYS_KEY, "nobody reads"),
     ],
 )
 def test_a_record_nobody_reads_is_refused_not_charged(
@@ -268,13 +267,13 @@ def test_a_record_nobody_reads_is_refused_not_charged(
     settings = federation_settings(**overrides)
     clean_strategy = run_in_process(settings, rounds=3)[1]
     grid = MutatingGrid(settings, "train", 101, _with_record(name, 4 << 20))
-    _, strategy, _ = run_in_process(settings, rounds=3, grid=grid)
+    _, strategy, _, stats = run_in_process(settings, rounds=3, grid=grid)
     assert grid.hit == 101
-    (refused,) = strategy.stats[2].refused
+    (refused,) = stats[2].refused
     assert refused.startswith("node 101") and reason in refused
-    assert strategy.stats[2].num_clients == 2
-    assert strategy.stats[2].bytes_up < clean_strategy.stats[2].bytes_up < 4 << 20
-    assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
+    assert stats[2].num_clients == 2
+    assert stats[2].bytes_up < clean_strategy.stats[2].bytes_up < 4 << 20
+    assert stats[3].num_clients == 3 and not stats[3].refused
 
 
 def _negative_loss(content: RecordDict) -> None:
@@ -289,12 +288,12 @@ def test_streaming_clients_go_on_after_a_round_that_accepted_nobody(buffer_polic
     settings = federation_settings(
         stream_rates="S1", batch_policy="rate", buffer_policy=buffer_policy, local_steps=2
     )
-    _, strategy, _ = run_in_process(
+    _, strategy, _, stats = run_in_process(
         settings, rounds=4, grid=RewriteRound(settings, 2, _negative_loss)
     )
-    assert strategy.stats[2].num_clients == 0 and len(strategy.stats[2].refused) == 3
+    assert stats[2].num_clients == 0 and len(stats[2].refused) == 3
     for later in (3, 4):
-        assert strategy.stats[later].num_clients == 3, strategy.stats[later].failed
+        assert stats[later].num_clients == 3, stats[later].failed
 
 
 class ForgedLeaderReply(InProcessGrid):
@@ -326,10 +325,10 @@ class ForgedLeaderReply(InProcessGrid):
 def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
     settings = federation_settings(**VAR)
     grid = ForgedLeaderReply(settings, how)
-    _, strategy, _ = run_in_process(settings, rounds=2, grid=grid)
+    _, strategy, _, stats = run_in_process(settings, rounds=2, grid=grid)
     assert grid.forged == 2
     for server_round in (1, 2):
-        stats = strategy.stats[server_round]
+        stats = stats[server_round]
         assert any("but not this round's leader" in r for r in stats.refused)
         assert stats.num_clients == (0 if how == "replace" else 3)
 

@@ -9,13 +9,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from strategies.collectives.base import (
-    Combine,
-    Participant,
-    RoundLog,
-    Screen,
-    defend,
-)
+from strategies.collectives.base import Participant
+from strategies.collectives.defence import defend
+from strategies.collectives.program import Combine, ExchangeLog, Screen
 from wire.codec import Sparse
 
 
@@ -51,7 +47,7 @@ def _participants(contributions: list) -> list[Participant]:
 
 
 def _plan() -> SimpleNamespace:
-    return SimpleNamespace(log=RoundLog(), weights=lambda ps: [1.0] * len(ps))
+    return SimpleNamespace(log=ExchangeLog(), weights=lambda ps: [1.0] * len(ps))
 
 
 def test_a_combine_is_screened_first_and_combines_what_was_kept() -> None:

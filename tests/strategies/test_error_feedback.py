@@ -3,10 +3,11 @@
 import numpy as np
 from flwr.app import RecordDict
 
-from compress import COMPRESSORS
-from compress.base import RESIDUAL_KEY, ErrorFeedback
+from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
+from compress.float32 import Float32
 from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import PENDING_KEY, TOPK_NORM2, Allreduce
+from strategies.collectives.allreduce import Allreduce
+from strategies.collectives.allreduce.names import PENDING_KEY, TOPK_NORM2
 from strategies.collectives.base import ClientAction
 from tests.helpers import client_job
 from wire.codec import Sparse
@@ -45,11 +46,11 @@ def test_shared_indices_invariant_residual_keeps_everything_else() -> None:
         shared = np.sort(rng.choice(500, size=20, replace=False))  # someone else's indices
         request = PhaseRequest(round_ + 1, 20 / 500, shared, 500)
         action = ClientAction(
-            state, request, request.to_content(), COMPRESSORS["topk"], np.random.default_rng(0)
+            state, request, request.to_content(), Float32(), np.random.default_rng(0)
         )
         record = Allreduce.client_actions["values"](action)
         assert PENDING_KEY not in state
-        values = COMPRESSORS["topk"].decode(record, 20)
+        values = Float32().decode(record, 20)
         residual = ErrorFeedback.from_state(state, 500).residual
         sent = np.zeros(500, np.float32)
         sent[shared] = values

@@ -8,8 +8,9 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions
-from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
-from strategies.collectives.base import sent_whole
+from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
+from compress.vectors import load_vector
+from strategies.collectives.base import whole_entries
 from strategies.policies.ratio import FixedRatio, SparsityWarmUp
 from wire.codec import topk_count
 from wire.layout import Layout
@@ -23,8 +24,8 @@ def test_vector_positions_are_the_arrays_of_at_most_one_dimension() -> None:
 def test_sent_whole_adds_the_vectors_to_the_buffers_only_when_asked() -> None:
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     layout, buffers = Layout.of_model(model), buffer_positions(model)
-    assert sent_whole(layout, buffers, dense_vectors=False) is buffers
-    whole = sent_whole(layout, buffers, dense_vectors=True)
+    assert whole_entries(layout, buffers, dense_vectors=False) is buffers
+    whole = whole_entries(layout, buffers, dense_vectors=True)
     biases_and_scales = 256 + 128 + 10 + 2 * (256 + 128)  # linear biases, norm scales, shifts
     assert whole.size == buffers.size + biases_and_scales
     assert np.isin(buffers, whole).all()
@@ -56,18 +57,17 @@ def test_dense_vectors_travel_whole_in_every_compressed_round() -> None:
     from tests.helpers import federation_settings, run_in_process
 
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
-    whole = sent_whole(Layout.of_model(model), buffer_positions(model), dense_vectors=True)
+    whole = whole_entries(Layout.of_model(model), buffer_positions(model), dense_vectors=True)
     for collective in ("allgather", "allreduce"):
         settings = federation_settings(
-            strategy="topk",
             model="mlp-bn",
             collective=collective,
             compression_ratio=0.002,
-            topk_dense_vectors=True,
+            whole_vectors=True,
         )
-        _, strategy, _ = run_in_process(settings, rounds=2)
+        _, strategy, _, stats = run_in_process(settings, rounds=2)
         update = strategy.replicas.last_delta
-        assert update is not None and not strategy.stats[2].refused
+        assert update is not None and not stats[2].refused
         assert np.isin(whole, update.indices).all()
         if collective == "allreduce":  # k weight matrices' entries beside the whole ones
             assert update.indices.size == topk_count(update.size, 0.002) + whole.size
@@ -82,9 +82,9 @@ def test_clip_keeps_the_residual_within_its_bound_in_a_federation() -> None:
     norms = {}
     for clip in (0.0, 1.5):
         settings = federation_settings(
-            strategy="topk", compression_ratio=0.002, error_feedback_clip=clip
+            collective="allgather", compression_ratio=0.002, error_feedback_clip=clip
         )
-        _, _, grid = run_in_process(settings, rounds=4)
+        _, _, grid, _ = run_in_process(settings, rounds=4)
         residuals = [load_vector(c.state, RESIDUAL_KEY) for c in grid.contexts.values()]
         norms[clip] = max(float(np.linalg.norm(r)) for r in residuals if r is not None)
     assert norms[1.5] < 0.8 * norms[0.0]

@@ -42,13 +42,13 @@ def _scaled(factor: float) -> Any:
 @pytest.mark.usefixtures("task_identity")
 def test_a_round_that_would_blow_up_the_model_is_not_applied_and_the_run_goes_on() -> None:
     settings = federation_settings(robust="none")
-    clean, _, _ = run_in_process(settings, rounds=6)
-    attacked, strategy, _ = run_in_process(
+    clean, _, _, _ = run_in_process(settings, rounds=6)
+    attacked, strategy, _, stats = run_in_process(
         settings, rounds=6, grid=RewriteRound(settings, 5, _scaled(1e6))
     )
-    (reason,) = strategy.stats[5].refused
+    (reason,) = stats[5].refused
     assert reason.startswith("round 5: the aggregated update's norm") and "not applied" in reason
-    assert strategy.stats[6].refused == [] and strategy.stats[6].num_clients == 3
+    assert stats[6].refused == [] and stats[6].num_clients == 3
     assert np.isfinite(attacked).all()
     # Round 6 trained from round 4's model: not the clean run's, but near it.
     assert np.abs(attacked).max() < 2 * np.abs(clean).max()

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from compress.topk import topk_indices
-from strategies.collectives.allreduce import (
-    INDEX_POLICIES,
+from strategies.collectives.allreduce import INDEX_POLICIES
+from strategies.collectives.allreduce.index_policies import (
     IndexPolicy,
     PreviousTopk,
     ResidualHints,

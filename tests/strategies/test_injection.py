@@ -1,3 +1,5 @@
+from flwr.app import ConfigRecord
+
 """Data injection: who shares, how much moves each way, and what a bad share gets."""
 
 import numpy as np
@@ -23,9 +25,9 @@ def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str
         injection_alpha=0.5,
         injection_beta=0.5,
     )
-    _, run, _ = run_in_process(settings, rounds=3)
+    _, run, _, run_stats = run_in_process(settings, rounds=3)
     for r in (1, 2, 3):
-        stats = run.stats[r].injection
+        stats = run_stats[r].injection
         assert stats is not None
         sharers = PLAN.sharers(r, 4)
         assert len(sharers) == 2  # alpha x clients
@@ -41,8 +43,8 @@ def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str
         payload = stats["relayed_samples"] * SAMPLE_BYTES
         assert payload <= stats["relayed_bytes_down"] < payload + 4 * 400
     if strategy == "dense":  # the same model bytes every round: the difference is the relay
-        extra = run.stats[2].bytes_down - run.stats[1].bytes_down
-        assert extra == pytest.approx(run.stats[2].injection["relayed_bytes_down"], abs=4 * 8)
+        extra = run_stats[2].bytes_down - run_stats[1].bytes_down
+        assert extra == pytest.approx(run_stats[2].injection["relayed_bytes_down"], abs=4 * 8)
 
 
 def test_bad_shares_are_refused_by_name() -> None:
@@ -92,16 +94,15 @@ def test_only_this_rounds_sharers_may_share() -> None:
     from tests.helpers import reply_message, train_reply
 
     settings = federation_settings(
-        strategy="dense", num_clients=4, batch_size=16, injection_alpha=0.25, injection_beta=0.5
+        collective="dense", num_clients=4, batch_size=16, injection_alpha=0.25, injection_beta=0.5
     )
-    _, run, grid = run_in_process(settings, rounds=1)
-    [sharer] = InjectionPlan(0.25, 0.5, settings.seed, 64, 10).sharers(2, 4)
+    _, run, grid, run_stats = run_in_process(settings, rounds=1)
+    [sharer] = InjectionPlan(0.25, 0.5, settings.run.seed, 64, 10).sharers(2, 4)
     outsider = next(p for p in range(4) if p != sharer)
     # Round 2 by hand: the outsider's reply carries samples it was not asked for.
-    from server.build import train_config_record
 
     arrays = run.layout.unflatten(run.current.model)
-    config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
+    config = ConfigRecord()
     messages = list(run.configure_train(2, arrays, config, grid))
     replies = list(grid.send_and_receive(messages))
     x = np.zeros((8, DIGITS_SPEC.num_features), dtype=np.float32)
@@ -109,5 +110,5 @@ def test_only_this_rounds_sharers_may_share() -> None:
     forged = [r for r in replies if r.metadata.src_node_id != 100 + outsider]
     forged.append(reply_message(content, 100 + outsider))
     run.aggregate_train(2, forged)
-    [refused] = run.stats[2].refused
+    [refused] = run_stats[2].refused
     assert f"partition {outsider} was not asked to share this round" in refused

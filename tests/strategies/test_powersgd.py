@@ -13,8 +13,9 @@ import pytest
 from flwr.app import Message, RecordDict
 
 from compress import low_rank
-from compress.base import RESIDUAL_KEY, ErrorFeedback, load_vector
-from strategies.collectives.base import ClientAction, ClientRound
+from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
+from compress.vectors import load_vector
+from strategies.collectives.base import ClientAction, ClientJob
 from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from testing.in_process import InProcessGrid
 from tests.helpers import (
@@ -43,7 +44,7 @@ def test_update_is_what_was_sent_plus_the_new_residual() -> None:
     ErrorFeedback(old).to_state(state)
     server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=2)
     instruction = RecordDict(server.round_records(0.5))
-    job = ClientRound(
+    job = ClientJob(
         state,
         update,
         SimpleNamespace(round=SimpleNamespace(server_round=1)),  # type: ignore[arg-type]
@@ -77,7 +78,7 @@ def test_update_is_what_was_sent_plus_the_new_residual() -> None:
 def test_a_q_request_of_another_round_is_refused_and_leaves_the_state() -> None:
     state = RecordDict()
     server = PowerSgd(LAYOUT, np.zeros(0, dtype=np.int64), seed=1, rank=1)
-    job = ClientRound(
+    job = ClientJob(
         state,
         np.ones(LAYOUT.size, dtype=np.float32),
         SimpleNamespace(compression=None, round=SimpleNamespace(server_round=2)),  # type: ignore[arg-type]
@@ -103,11 +104,11 @@ def test_a_q_request_without_its_training_is_refused() -> None:
 def test_at_full_rank_the_rounds_are_the_dense_rounds() -> None:
     """Round after round: the update factors are rank-deficient (P̂ drops dependent columns),
     and the warm start draws those columns anew instead of keeping them zero."""
-    dense, _, _ = run_in_process(federation_settings(strategy="dense"), rounds=3)
-    full, strategy, _ = run_in_process(
-        federation_settings(strategy="topk", collective="powersgd", powersgd_rank=1000), rounds=3
+    dense, _, _, _ = run_in_process(federation_settings(collective="dense"), rounds=3)
+    full, strategy, _, stats = run_in_process(
+        federation_settings(collective="powersgd", powersgd_rank=1000), rounds=3
     )
-    stats = strategy.stats[3]
+    stats = stats[3]
     assert stats.num_clients == 3 and not stats.refused
     assert [phase["name"] for phase in stats.phases] == ["train", Q_ACTION]
     np.testing.assert_allclose(full, dense, atol=5e-5)
@@ -126,21 +127,21 @@ def test_a_dead_column_of_the_last_q_is_drawn_anew() -> None:
 
 
 def test_at_low_rank_it_trains_and_every_replica_holds_the_model() -> None:
-    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    final, strategy, grid = run_in_process(settings, rounds=4)
-    losses = [strategy.stats[r].train_loss for r in (1, 4)]
+    settings = federation_settings(collective="powersgd", powersgd_rank=2)
+    final, strategy, grid, stats = run_in_process(settings, rounds=4)
+    losses = [stats[r].train_loss for r in (1, 4)]
     assert losses[1] < losses[0]
-    assert not any(strategy.stats[r].refused for r in range(1, 5))
+    assert not any(stats[r].refused for r in range(1, 5))
     assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # the warm start: Q of the last round, at rank 2, travels with the next instruction
     assert all(q is not None and q.shape[1] == 2 for q in strategy.collectives["powersgd"].last_q)
 
 
 def test_the_replicas_get_the_factors_not_the_full_update() -> None:
-    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    _, strategy, _ = run_in_process(settings, rounds=3)
+    settings = federation_settings(collective="powersgd", powersgd_rank=2)
+    _, strategy, _, stats = run_in_process(settings, rounds=3)
     assert strategy.replicas.last_compact is not None
-    third = strategy.stats[3]
+    third = stats[3]
     assert third.model_payloads == {"delta": 3}
     model_bytes = 4 * strategy.layout.size
     train = third.phases[0]
@@ -226,28 +227,29 @@ def _short_values(content: RecordDict) -> None:
 def test_a_hostile_reply_in_either_exchange_is_refused_and_the_round_goes_on(
     message_type: str, rewrite: Any, reason: str
 ) -> None:
-    settings = federation_settings(strategy="topk", collective="powersgd", powersgd_rank=2)
-    final, strategy, _ = run_in_process(
+    settings = federation_settings(collective="powersgd", powersgd_rank=2)
+    final, strategy, _, stats = run_in_process(
         settings, rounds=2, grid=RewriteFirst(settings, message_type, rewrite)
     )
-    first = strategy.stats[1]
+    first = stats[1]
     assert first.num_clients == 2, first.refused
     (refused,) = first.refused
     assert reason in refused
-    assert strategy.stats[2].num_clients == 3 and np.isfinite(final).all()
+    assert stats[2].num_clients == 3 and np.isfinite(final).all()
 
 
 def test_settings_that_do_not_fit_powersgd_are_refused_before_the_run() -> None:
     from common.settings import ConfigError, settings_with
-    from server.build import auto_candidates, ratio_policy
 
     low_rank_auto = {"collective": "auto", "auto_collectives": "allgather,powersgd"}
-    with pytest.raises(ConfigError, match="sends its factors as float32"):
-        settings_with(strategy="topk", compressor="topk-q8", **low_rank_auto)
+    with pytest.raises(ConfigError, match="sends low-rank factors as float32"):
+        settings_with(encoding="int8", **low_rank_auto)
+    with pytest.raises(ConfigError, match="sends low-rank factors as float32"):
+        settings_with(selector="randomk", collective="powersgd")
     with pytest.raises(ConfigError, match="adaptive-delta votes"):
-        settings_with(strategy="topk", collective="powersgd", adaptive_delta=0.5)
-    assert settings_with(strategy="topk", collective="powersgd", robust="median").robust
+        settings_with(collective="powersgd", adaptive_delta=0.5)
+    assert settings_with(collective="powersgd", robust="median").trust.robust
     with pytest.raises(ConfigError, match="name each of allgather, allreduce, powersgd"):
-        auto_candidates(settings_with(collective="auto", auto_collectives="powersgd,ring"))
+        settings_with(collective="auto", auto_collectives="powersgd,ring")
     with pytest.raises(ConfigError, match="has no model of"):
-        ratio_policy(settings_with(strategy="topk", collective="powersgd", cr_schedule="nsga2"))
+        settings_with(collective="powersgd", cr_schedule="nsga2")

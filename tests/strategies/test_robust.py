@@ -1,3 +1,5 @@
+from flwr.app import ConfigRecord
+
 """Robust aggregation: clipping, trimmed mean and median, against Flower's own strategies."""
 
 import numpy as np
@@ -6,7 +8,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
-from strategies.collectives.allreduce import TRAIN_VALUES
+from strategies.collectives.allreduce.names import TRAIN_VALUES
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from testing.attacks import ATTACKER, AttackGrid, scaled
@@ -19,7 +21,6 @@ from tests.helpers import (
     reply_message,
     run_in_process,
     tiny_record,
-    train_config,
     train_reply,
     unit_clock,
 )
@@ -38,7 +39,7 @@ def _strategy(robust: str) -> EdgeStrategy:
 
 def _aggregate(robust: str, global_arrays: ArrayRecord, updates: list[ArrayRecord]) -> dict:
     strategy = _strategy(robust)
-    list(strategy.configure_train(1, global_arrays, train_config(), FakeGrid(range(100, 100 + N))))
+    list(strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + N))))
     replies = [reply_message(train_reply(i, 8, update=u), 100 + i) for i, u in enumerate(updates)]
     arrays, _ = strategy.aggregate_train(1, replies)
     assert arrays is not None
@@ -265,7 +266,7 @@ def test_screening_needs_three_nodes_and_a_majority_to_judge_by() -> None:
     assert max(majority.cosines[1]) < 0 and max(majority.cosines[3]) < 0  # each pair is against
 
 
-TOPK = {"strategy": "topk", "compression_ratio": 0.05}
+TOPK = {"collective": "allgather", "compression_ratio": 0.05}
 SCREENED_MODES = {
     "dense": {},
     "allgather": {**TOPK, "collective": "allgather"},
@@ -280,8 +281,8 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
     overrides = SCREENED_MODES[mode]
     settings = federation_settings(num_clients=5, batch_size=32, robust="clip-screen", **overrides)
     rounds = ClipScreen.MIN_ROUNDS + 3
-    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
-    refused = {r: strategy.stats[r].refused for r in range(1, rounds + 1)}
+    _, strategy, _, stats = run_in_process(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
+    refused = {r: stats[r].refused for r in range(1, rounds + 1)}
     for server_round in range(1, rounds + 1):
         nodes = {r.split(":")[0].split(" (")[0] for r in refused[server_round]}
         assert nodes <= {f"node {ATTACKER}"}  # an honest node never
@@ -290,7 +291,7 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
     for server_round in range(rounds - 2, rounds + 1):  # once its history is long enough
         (reason,) = refused[server_round]
         assert "point against the others" in reason
-        assert strategy.stats[server_round].num_clients == 4
+        assert stats[server_round].num_clients == 4
 
 
 @pytest.mark.parametrize("mode", ["dense", "allgather", "allreduce-var"])
@@ -301,14 +302,14 @@ def test_a_coalition_of_two_sending_one_flipped_update_is_refused(mode: str) -> 
     )
     rounds = ClipScreen.MIN_ROUNDS + 6
     grid = AttackGrid(settings, "collude-2")
-    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
+    _, strategy, _, stats = run_in_process(settings, rounds=rounds, grid=grid)
     for server_round in range(1, rounds + 1):
-        nodes = {r.split(":")[0].split(" (")[0] for r in strategy.stats[server_round].refused}
+        nodes = {r.split(":")[0].split(" (")[0] for r in stats[server_round].refused}
         assert nodes <= {"node 100", "node 101"}  # an honest node never
     for server_round in range(rounds - 2, rounds + 1):
-        nodes = {r.split(":")[0].split(" (")[0] for r in strategy.stats[server_round].refused}
+        nodes = {r.split(":")[0].split(" (")[0] for r in stats[server_round].refused}
         assert nodes == {"node 100", "node 101"}
-        assert strategy.stats[server_round].num_clients == 4
+        assert stats[server_round].num_clients == 4
 
 
 def test_a_refused_node_picks_no_index_set() -> None:
@@ -320,8 +321,8 @@ def test_a_refused_node_picks_no_index_set() -> None:
     grid = AttackGrid(settings, None)
     grid.attack, grid.rewrites = (lambda content, _: scaled(content, -1.0)), {TRAIN, TRAIN_VALUES}
     rounds = 16  # STAR would hand round 15 to partition 0, the attacker
-    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
-    refused_from = min(r for r in range(1, rounds + 1) if strategy.stats[r].refused)
+    _, strategy, _, stats = run_in_process(settings, rounds=rounds, grid=grid)
+    refused_from = min(r for r in range(1, rounds + 1) if stats[r].refused)
     assert refused_from < 15
     leaders = [node for kind, node in grid.sent if kind == "train.indices"]
     assert len(leaders) == rounds and leaders[5 - 1] == ATTACKER  # it led before
@@ -351,11 +352,11 @@ def test_one_scaled_update_and_each_defence(robust: str, worst: float) -> None:
 
 def test_coordinatewise_defences_need_shared_coordinates() -> None:
     with pytest.raises(ConfigError, match="same coordinates"):
-        settings_with(strategy="topk", collective="allgather", robust="median")
+        settings_with(collective="allgather", robust="median")
     assert (
-        settings_with(strategy="topk", collective="allreduce", robust="median").robust == "median"
+        settings_with(collective="allreduce", robust="median").robust == "median"
     )
-    assert settings_with(strategy="topk", collective="allgather", robust="clip").robust == "clip"
+    assert settings_with(collective="allgather", robust="clip").robust == "clip"
 
 
 @pytest.mark.parametrize(
@@ -363,10 +364,10 @@ def test_coordinatewise_defences_need_shared_coordinates() -> None:
     [("allreduce", "median", False), ("allgather", "clip", True), ("allreduce", "clip", True)],
 )
 def test_defences_run_with_compressed_collectives(collective: str, robust: str, same: bool) -> None:
-    common = {"strategy": "topk", "collective": collective, "compression_ratio": 0.05}
-    defended, strategy, _ = run_in_process(federation_settings(robust=robust, **common), rounds=3)
-    plain, _, _ = run_in_process(federation_settings(**common), rounds=3)
-    assert strategy.stats[3].num_clients == 3 and np.all(np.isfinite(defended))
+    common = {"collective": collective, "compression_ratio": 0.05}
+    defended, strategy, _, stats = run_in_process(federation_settings(robust=robust, **common), rounds=3)
+    plain, _, _, _ = run_in_process(federation_settings(**common), rounds=3)
+    assert stats[3].num_clients == 3 and np.all(np.isfinite(defended))
     # Clipping at 3x the median norm does not bind on these honest clients: bit for bit the
     # undefended run. The median is other arithmetic.
     assert np.array_equal(defended, plain) is same
@@ -380,10 +381,10 @@ def test_an_attacker_that_restarts_as_a_new_node_keeps_its_partitions_history(mo
     rounds = ClipScreen.MIN_ROUNDS + 3
     grid = AttackGrid(settings, "restart")  # flips, and is a new node after every 4 replies
     assert grid.restart_every is not None and grid.restart_every < ClipScreen.MIN_ROUNDS
-    _, strategy, _ = run_in_process(settings, rounds=rounds, grid=grid)
+    _, strategy, _, stats = run_in_process(settings, rounds=rounds, grid=grid)
     assert grid.attackers != (ATTACKER,)  # it restarted
     for server_round in range(rounds - 2, rounds + 1):
-        (reason,) = strategy.stats[server_round].refused
+        (reason,) = stats[server_round].refused
         node = int(reason.split(":")[0].removeprefix("node ").split(" (")[0])
         assert node > 1000 and "point against the others" in reason  # a restarted identity
         history = int(reason.split("over its last ")[1].split()[0])

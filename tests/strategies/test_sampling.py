@@ -9,7 +9,8 @@ from flwr.app import MetricRecord, RecordDict
 
 from client.replica import REPLICA_KEY
 from commands.run_config import parse_overrides, resolve_settings
-from compress.base import RESIDUAL_KEY, load_vector
+from compress.error_feedback import RESIDUAL_KEY
+from compress.vectors import load_vector
 from server.records import read_rounds, without_wall_clock
 from strategies.sampling import ClientSampler
 from testing.in_process import InProcessGrid, run_server_app
@@ -19,7 +20,7 @@ from wire.queries import parse_identity
 pytestmark = pytest.mark.usefixtures("task_identity")
 
 RUN = (
-    "num-clients=6 clients-per-round=2 num-server-rounds=5 seed=8 strategy=topk "
+    "num-clients=6 clients-per-round=2 num-server-rounds=5 seed=8 collective=allgather "
     "collective=allgather compression-ratio=0.1"
 )
 

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def test_fixed_batches_wait_for_slow_streams_and_the_clock_charges_it() -> None:
-    settings = federation_settings(strategy="dense", stream_rates="4, 8, 200", batch_size=16)
-    _, strategy, _ = run_in_process(settings, rounds=2)
-    first = strategy.stats[1]
+    settings = federation_settings(collective="dense", stream_rates="4, 8, 200", batch_size=16)
+    _, strategy, _, stats = run_in_process(settings, rounds=2)
+    first = stats[1]
     # The slowest stream (4/s) has its 16th sample at 4.0 s; the round cannot end sooner.
     assert first.stream is not None and first.stream["wait_s_max"] == pytest.approx(4.0)
     assert first.round_time_s >= 4.0 + 16 / DIGITS_PROFILE.train_flops_per_s
@@ -31,11 +31,11 @@ def test_persistence_piles_up_and_truncation_stays_small() -> None:
     peaks = {}
     for policy in ("persistence", "truncation"):
         settings = federation_settings(
-            strategy="dense", stream_rates="8, 8, 400", batch_size=16, buffer_policy=policy
+            collective="dense", stream_rates="8, 8, 400", batch_size=16, buffer_policy=policy
         )
-        _, strategy, _ = run_in_process(settings, rounds=4)
-        peaks[policy] = [strategy.stats[r].stream["buffer_samples_max"] for r in range(1, 5)]
-        times = [strategy.stats[r].virtual_time_s for r in range(1, 5)]  # same for both
+        _, strategy, _, stats = run_in_process(settings, rounds=4)
+        peaks[policy] = [stats[r].stream["buffer_samples_max"] for r in range(1, 5)]
+        times = [stats[r].virtual_time_s for r in range(1, 5)]  # same for both
     # The 400/s client: in round 1 it waits for its own 16 samples (0.04 s); later, by each
     # round's start it has received 400 x (time so far); persistence keeps all but 16 a round.
     assert peaks["persistence"][0] == 16
@@ -52,19 +52,18 @@ def test_persistence_piles_up_and_truncation_stays_small() -> None:
 
 def test_rate_batches_take_what_arrived_and_rate_weights_follow_the_rates() -> None:
     settings = federation_settings(
-        strategy="topk",
         collective="allgather",
         stream_rates="8, 16, 400",
         batch_policy="rate",
         buffer_policy="truncation",
         aggregation_weights="rate",
     )
-    _, strategy, _ = run_in_process(settings, rounds=3)
-    first = strategy.stats[1]
+    _, strategy, _, stats = run_in_process(settings, rounds=3)
+    first = stats[1]
     assert first.stream is not None
     assert first.stream["wait_s_max"] == pytest.approx(1.0)  # 8/s waits for batch-min = 8
     for r in (2, 3):
-        stream = strategy.stats[r].stream
+        stream = stats[r].stream
         assert stream is not None and stream["batch_min"] >= 8 and stream["batch_max"] <= 1024
 
 
@@ -98,16 +97,18 @@ def test_weights_and_learning_rate_scaling() -> None:
 
 def test_linear_scaling_follows_the_last_global_batch() -> None:
     settings = federation_settings(
-        strategy="dense",
+        collective="dense",
         stream_rates="8, 8, 8",
         batch_policy="rate",
         batch_size=16,
         lr_scaling="linear",
     )
-    _, strategy, _ = run_in_process(settings, rounds=3)
-    assert strategy.stats[1].learning_rate == pytest.approx(settings.learning_rate)
+    _, strategy, _, stats = run_in_process(settings, rounds=3)
+    assert stats[1].learning_rate == pytest.approx(settings.training.learning_rate)
     # Round 1: every client trained on batch-min = 8, the base batch is 16 per client.
-    assert strategy.stats[2].learning_rate == pytest.approx(settings.learning_rate * 24 / 48)
+    assert stats[2].learning_rate == pytest.approx(
+        settings.training.learning_rate * 24 / 48
+    )
 
 
 GOOD = {STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8, STREAM_SAMPLES: 8}
@@ -130,7 +131,6 @@ def test_malformed_stream_reports_are_named(metrics: dict, message: str) -> None
 
 def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
     settings = federation_settings(
-        strategy="topk",
         collective="auto",
         cr_schedule="nsga2",
         cr_warmup_rounds=2,
@@ -141,9 +141,9 @@ def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
         aggregation_weights="rate",
         lr_scaling="linear",
     )
-    _, strategy, _ = run_in_process(settings, rounds=5)
-    assert all(strategy.stats[r].stream is not None for r in range(1, 6))
-    assert any(strategy.stats[r].ratio_policy.get("ratio_solve") is not None for r in range(3, 6))
+    _, strategy, _, stats = run_in_process(settings, rounds=5)
+    assert all(stats[r].stream is not None for r in range(1, 6))
+    assert any(stats[r].ratio_policy.get("ratio_solve") is not None for r in range(3, 6))
 
 
 @pytest.mark.parametrize(
@@ -157,12 +157,12 @@ def test_streams_compose_with_the_nsga2_schedule_and_auto() -> None:
 )
 def test_presets_are_valid_settings(presets: str) -> None:
     settings = resolve_settings(parse_overrides(presets))
-    assert settings.stream_rates == "S1-normal"
+    assert settings.streams.stream_rates == "S1-normal"
 
 
 def test_same_seed_same_streaming_run() -> None:
     settings = federation_settings(
-        strategy="topk",
+        collective="allgather",
         compression_ratio=0.1,
         adaptive_delta=0.3,
         stream_rates="S1",
@@ -174,11 +174,11 @@ def test_same_seed_same_streaming_run() -> None:
         injection_beta=0.5,
         num_clients=4,
     )
-    first, run_a, _ = run_in_process(settings, rounds=4)
-    second, run_b, _ = run_in_process(settings, rounds=4)
+    first, run_a, _, run_a_stats = run_in_process(settings, rounds=4)
+    second, run_b, _, run_b_stats = run_in_process(settings, rounds=4)
     assert np.array_equal(first, second)
     for r in range(1, 5):
-        a, b = run_a.stats[r], run_b.stats[r]
+        a, b = run_a_stats[r], run_b_stats[r]
         assert (a.virtual_time_s, a.stream, a.injection, a.ratio_policy) == (
             b.virtual_time_s,
             b.stream,

@@ -1,3 +1,5 @@
+from flwr.app import ConfigRecord
+
 """Top-k strategy and ClientApp together, round by round, in process."""
 
 import numpy as np
@@ -6,9 +8,10 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
-from server.app import build_strategy
-from server.build import train_config_record
-from strategies.collectives.allreduce import LEADERS, TOPK_NORM2, claim_of
+from server.build import build_strategy
+from strategies.collectives.allreduce import LEADERS
+from strategies.collectives.allreduce.leaders import claim_of
+from strategies.collectives.allreduce.names import TOPK_NORM2
 from strategies.collectives.base import Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import (
@@ -34,12 +37,12 @@ MODES = {
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_ratio_one_gives_exactly_the_dense_model(mode: str) -> None:
-    dense, _, _ = run_in_process(federation_settings(strategy="dense"), rounds=3)
-    topk, strategy, _ = run_in_process(
-        federation_settings(strategy="topk", compression_ratio=1.0, **MODES[mode]), rounds=3
+    dense, _, _, _ = run_in_process(federation_settings(collective="dense"), rounds=3)
+    topk, strategy, _, stats = run_in_process(
+        federation_settings(compression_ratio=1.0, **MODES[mode]), rounds=3
     )
     np.testing.assert_array_equal(topk, dense)
-    assert strategy.stats[3].num_clients == 3
+    assert stats[3].num_clients == 3
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -52,17 +55,17 @@ def test_batch_norm_statistics_travel_every_round_and_average_as_dense(mode: str
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     buffers = buffer_positions(model)
     assert buffers.size == 2 * (256 + 128) + 2  # means, variances and two counters
-    dense, _, _ = run_in_process(federation_settings(strategy="dense", model="mlp-bn"), rounds=1)
-    topk, strategy, _ = run_in_process(
+    dense, _, _, _ = run_in_process(federation_settings(collective="dense", model="mlp-bn"), rounds=1)
+    topk, strategy, _, stats = run_in_process(
         federation_settings(
-            strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+            model="mlp-bn", compression_ratio=0.002, **MODES[mode]
         ),
         rounds=2,  # the second round runs with the index set of the first (one-phase policies)
     )
-    assert not any(strategy.stats[r].refused for r in (1, 2))
-    first, _, _ = run_in_process(
+    assert not any(stats[r].refused for r in (1, 2))
+    first, _, _, _ = run_in_process(
         federation_settings(
-            strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+            model="mlp-bn", compression_ratio=0.002, **MODES[mode]
         ),
         rounds=1,
     )
@@ -79,12 +82,12 @@ def test_buffers_take_none_of_the_k_slots_of_the_shared_index_set(mode: str) -> 
     statistics' would otherwise crowd weights out at small c."""
     buffers = buffer_positions(build_model("mlp-bn", DIGITS_SPEC, seed=5))
     settings = federation_settings(
-        strategy="topk", model="mlp-bn", compression_ratio=0.002, **MODES[mode]
+        model="mlp-bn", compression_ratio=0.002, **MODES[mode]
     )
     for rounds in (1, 2):  # round 2 of the one-phase policies uses their own index set
-        _, strategy, _ = run_in_process(settings, rounds=rounds)
+        _, strategy, _, stats = run_in_process(settings, rounds=rounds)
         update = strategy.replicas.last_delta
-        assert update is not None and not strategy.stats[rounds].refused
+        assert update is not None and not stats[rounds].refused
         assert np.isin(buffers, update.indices).all()
         assert update.indices.size == topk_count(update.size, 0.002) + buffers.size
 
@@ -96,7 +99,7 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     from flwr.app import RecordDict
 
     from strategies.collectives.allreduce import Allreduce
-    from strategies.collectives.base import ClientAction, ClientRound
+    from strategies.collectives.base import ClientAction, ClientJob
     from wire.codec import decode_indices
     from wire.phases import PhaseRequest
 
@@ -106,7 +109,7 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     update[buffers] = 100.0  # e.g. counters and running variances, far larger than any weight
     state = RecordDict()
     instruction = SimpleNamespace(compression=SimpleNamespace(ratio=ratio))
-    job = ClientRound(state, update, instruction, None, None, None, buffers)  # type: ignore[arg-type]
+    job = ClientJob(state, update, instruction, None, None, None, buffers)  # type: ignore[arg-type]
     payload = Allreduce.client_train(job)
     weights = np.delete(update, buffers).astype(np.float64)
     k = topk_count(size, ratio)
@@ -118,27 +121,27 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_client_replicas_track_the_global_model_bit_for_bit(mode: str) -> None:
-    final, strategy, grid = run_in_process(
-        federation_settings(strategy="topk", compression_ratio=0.05, **MODES[mode]), rounds=4
+    final, strategy, grid, stats = run_in_process(
+        federation_settings(compression_ratio=0.05, **MODES[mode]), rounds=4
     )
 
     # Each replica holds the model of the last instruction: the global before round 4's update.
     assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # After round 1 only sparse updates travel down, far smaller than the model.
-    full = strategy.stats[1].bytes_down
-    assert strategy.stats[4].bytes_down < full / 3
+    full = stats[1].bytes_down
+    assert stats[4].bytes_down < full / 3
 
 
 def test_star_leader_rotates_by_round_and_partition() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
-    _, _, grid = run_in_process(settings, rounds=6)
+    settings = federation_settings(compression_ratio=0.05, collective="allreduce")
+    _, _, grid, _ = run_in_process(settings, rounds=6)
     leaders = [node - 100 for kind, node in grid.sent if kind == "train.indices"]
     assert leaders == [r % 3 for r in range(1, 7)]
 
 
 def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = federation_settings(
-        strategy="topk", compression_ratio=0.05, collective="allreduce", leader="var"
+        compression_ratio=0.05, collective="allreduce", leader="var"
     )
     scores: dict[int, float] = {}
     choose = LEADERS["var"]
@@ -148,40 +151,40 @@ def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch)
         return choose(server_round, participants)
 
     monkeypatch.setitem(LEADERS, "var", spy)
-    _, strategy, grid = run_in_process(settings, rounds=1)
+    _, strategy, grid, stats = run_in_process(settings, rounds=1)
     [leader] = [node for kind, node in grid.sent if kind == "train.indices"]
     assert len({node for kind, node in grid.sent if kind == "train.values"}) == 3
-    assert strategy.stats[1].phases[1]["name"] == "indices"
+    assert stats[1].phases[1]["name"] == "indices"
     # The chosen leader's score is the largest among the reported ones.
     assert len(scores) == 3 and scores[leader] == max(scores.values())
 
 
 def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
-    _, strategy, _ = run_in_process(settings, rounds=2)
+    settings = federation_settings(compression_ratio=0.01, collective="allgather")
+    _, strategy, _, stats = run_in_process(settings, rounds=2)
     d = 50_826
     k = topk_count(d, 0.01)
     formula = 3 * (4 * k + index_nbytes(k, d))
-    assert strategy.stats[2].bytes_up == pytest.approx(formula, rel=0.10)
+    assert stats[2].bytes_up == pytest.approx(formula, rel=0.10)
 
-    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
-    _, strategy, _ = run_in_process(settings, rounds=2)
-    phases = {p["name"]: p for p in strategy.stats[2].phases}
+    settings = federation_settings(compression_ratio=0.01, collective="allreduce")
+    _, strategy, _, stats = run_in_process(settings, rounds=2)
+    phases = {p["name"]: p for p in stats[2].phases}
     assert phases["values"]["bytes_up"] == pytest.approx(3 * 4 * k, rel=0.10)
     assert phases["indices"]["bytes_up"] == pytest.approx(index_nbytes(k, d), rel=0.10)
-    assert strategy.stats[2].round_time_s == pytest.approx(
+    assert stats[2].round_time_s == pytest.approx(
         sum(p["duration_s"] for p in phases.values())
     )
 
 
 def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allgather")
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    settings = federation_settings(compression_ratio=0.05, collective="allgather")
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: DIGITS_PROFILE for i in range(3)}), layout)
     grid = InProcessGrid(settings)
     arrays = layout.unflatten(model_to_vector(model))
-    config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
+    config = ConfigRecord()
     payloads = []
     for server_round in (1, 2, 3):
         grid.fail_nodes = {101} if server_round == 2 else set()
@@ -201,13 +204,13 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
 
 @pytest.mark.parametrize("strategy", ["dense", "topk"])
 def test_a_round_goes_to_every_connected_node_once_min_clients_are(strategy: str) -> None:
-    from tests.helpers import FakeGrid, train_config
+    from tests.helpers import FakeGrid
 
     settings = federation_settings(strategy=strategy, num_clients=4, min_clients=2)
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     built = build_strategy(settings, unit_clock({i: DIGITS_PROFILE for i in range(4)}), layout)
     arrays = layout.unflatten(model_to_vector(model))
     for connected in ([100, 102], [100, 101, 103], [100, 101, 102, 103]):
-        messages = built.configure_train(1, arrays, train_config(), FakeGrid(connected))
+        messages = built.configure_train(1, arrays, ConfigRecord(), FakeGrid(connected))
         assert sorted(m.metadata.dst_node_id for m in messages) == connected

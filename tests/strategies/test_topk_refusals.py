@@ -1,3 +1,5 @@
+from flwr.app import ConfigRecord
+
 """Bad replies are refused, the rest renormalised, and the model never moves because of them."""
 
 from collections.abc import Callable, Iterable
@@ -9,10 +11,9 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
-from compress.base import load_vector
-from server.app import build_strategy
-from server.build import train_config_record
-from strategies.collectives.allreduce import PENDING_KEY
+from compress.vectors import load_vector
+from server.build import build_strategy
+from strategies.collectives.allreduce.names import PENDING_KEY
 from testing.in_process import InProcessGrid
 from tests.helpers import federation_settings, unit_clock
 from timing.devices import DeviceProfile
@@ -106,11 +107,11 @@ CORRUPTIONS = {
 
 
 def _one_round(grid: InProcessGrid, settings) -> tuple[np.ndarray, np.ndarray | None, object]:  # type: ignore[no-untyped-def]
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     start = layout.unflatten(model_to_vector(model))
-    config = train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5)
+    config = ConfigRecord()
     messages = list(strategy.configure_train(1, start, config, grid))  # type: ignore[arg-type]
     arrays, _ = strategy.aggregate_train(1, grid.send_and_receive(messages))
     return layout.flatten(start), None if arrays is None else layout.flatten(arrays), strategy
@@ -118,7 +119,7 @@ def _one_round(grid: InProcessGrid, settings) -> tuple[np.ndarray, np.ndarray | 
 
 @pytest.mark.parametrize("reason", list(CORRUPTIONS))
 def test_allgather_bad_reply_equals_that_client_dropping_out(reason: str) -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    settings = federation_settings(compression_ratio=0.01, collective="allgather")
     dropped = InProcessGrid(settings)
     dropped.fail_nodes = {101}
     _, expected, _ = _one_round(dropped, settings)
@@ -131,7 +132,7 @@ def test_allgather_bad_reply_equals_that_client_dropping_out(reason: str) -> Non
 
 
 def test_every_reply_bad_keeps_the_old_model() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allgather")
+    settings = federation_settings(compression_ratio=0.01, collective="allgather")
     grid = CorruptingGrid(settings, {n: _nan for n in (100, 101, 102)})
     start, got, strategy = _one_round(grid, settings)
     assert got is None  # Strategy.start keeps the previous arrays
@@ -139,7 +140,7 @@ def test_every_reply_bad_keeps_the_old_model() -> None:
 
 
 def test_allreduce_values_phase_refusal_renormalises() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.01, collective="allreduce")
+    settings = federation_settings(compression_ratio=0.01, collective="allreduce")
     grid = CorruptingGrid(settings, {})
     original = grid.send_and_receive
 
@@ -158,7 +159,7 @@ def test_allreduce_values_phase_refusal_renormalises() -> None:
 
 
 def test_allreduce_equals_the_dense_weighted_sum_at_the_shared_indices() -> None:
-    settings = federation_settings(strategy="topk", compression_ratio=0.05, collective="allreduce")
+    settings = federation_settings(compression_ratio=0.05, collective="allreduce")
     grid = InProcessGrid(settings)
     held: dict[int, np.ndarray] = {}
     leader_indices: list[np.ndarray] = []

@@ -6,8 +6,7 @@ import pytest
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
-from server.app import build_strategy
-from server.build import train_config_record
+from server.build import build_strategy
 from testing.in_process import InProcessGrid
 from tests.helpers import federation_settings, unit_clock
 from timing.cost import Link, artopk_tree, ring_allreduce
@@ -21,14 +20,13 @@ SLOW = DeviceProfile("slow", 500.0, 0.0, 1e6, 2e6, 0.02)
 
 def _run(**overrides: object):  # type: ignore[no-untyped-def]
     settings = federation_settings(**overrides)
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({0: FAST, 1: SLOW, 2: FAST}), layout)
     result = strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=2,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     return layout.flatten(result.arrays), strategy, layout.size
 
@@ -36,8 +34,8 @@ def _run(**overrides: object):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"strategy": "dense"},
-        {"strategy": "topk", "collective": "allreduce", "compression_ratio": 0.05},
+        {"collective": "dense"},
+        {"collective": "allreduce", "compression_ratio": 0.05},
     ],
 )
 def test_same_model_different_charged_time(overrides: dict[str, object]) -> None:
@@ -53,12 +51,12 @@ def test_same_model_different_charged_time(overrides: dict[str, object]) -> None
 def test_ring_and_tree_charge_the_papers_formulas_at_the_slowest_link() -> None:
     slowest = Link.from_bandwidth(latency_s=0.02, bytes_per_s=1e6)
     compute = 16 / 500.0  # the slow device computes 16 samples
-    _, dense_ring, d = _run(strategy="dense", topology="ring")
+    _, dense_ring, d = _run(collective="dense", topology="ring")
     assert dense_ring.stats[1].round_time_s == pytest.approx(
         compute + ring_allreduce(3, 4 * d, slowest)
     )
     _, topk_tree, d = _run(
-        strategy="topk", collective="allreduce", compression_ratio=0.05, topology="tree"
+        collective="allreduce", compression_ratio=0.05, topology="tree"
     )
     assert topk_tree.stats[1].round_time_s == pytest.approx(
         compute + artopk_tree(3, 4 * d, 0.05, slowest)

@@ -91,20 +91,18 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     from common.data import DIGITS_SPEC
     from common.models import build_model
     from common.params import model_to_vector
-    from server.app import build_strategy
-    from server.build import train_config_record
+    from server.build import build_strategy
     from testing.in_process import InProcessGrid
     from tests.helpers import federation_settings
     from wire.layout import Layout
 
     settings = federation_settings(
-        strategy="topk",
         compression_ratio=0.1,
         collective="auto",
         auto_collectives="allreduce,allgather",
         timing="measured",
     )
-    model = build_model(settings.model, DIGITS_SPEC, seed=settings.seed)
+    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     # Modelled links of 1 byte/s: any modelled time would be enormous.
     profile = DeviceProfile("modelled-only", 1.0, 0.0, 1.0, 1.0, 5.0)
@@ -114,7 +112,6 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
         grid=grid,
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=4,
-        train_config=train_config_record(learning_rate=0.3, local_steps=1, batch_size=16, seed=5),
     )
     stats = [strategy.stats[r] for r in (1, 2, 3, 4)]
     assert [s.time_source for s in stats] == ["measured"] * 4

@@ -1,5 +1,5 @@
-"""Top-k with 8-bit values: the selected values travel as int8 with one float32 scale per
-message, a quarter of float32's bytes.
+"""int8 values: the selected values travel as int8 with one float32 scale per message, a
+quarter of float32's bytes.
 
 scale = max |v| / 127; q = v / scale rounded stochastically (up with probability equal to the
 fraction, from a generator seeded per client, round and phase, so the rounding is unbiased and
@@ -9,16 +9,16 @@ entries left out, so the quantisation error is sent in later rounds.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
-from compress.base import Encoded
+from compress.base import Encoded, EncodingOptions
 from wire.codec import PayloadError, raw_array, read_raw
 
-# This compressor's arrays (its format; both halves read them from here)
+# This encoding's arrays (its format; both halves read them from here)
 QUANTISED = "quantised"  # int8 values
 SCALE = "scale"  # float32, one per message: value = quantised x scale
 LEVELS = 127  # int8 values in [-127, 127]: symmetric around 0
@@ -28,8 +28,13 @@ def _dequantise(quantised: NDArray[np.int8], scale: np.float32) -> NDArray[np.fl
     return quantised.astype(np.float32) * scale
 
 
-class TopKQ8:
-    name: ClassVar[str] = "topk-q8"
+class Int8:
+    name: ClassVar[str] = "int8"
+    keeps_energy: ClassVar[bool] = True  # stochastic rounding to 1/127 of the largest value
+
+    @classmethod
+    def from_settings(cls, options: EncodingOptions) -> Self:
+        return cls()
 
     def encode(self, values: NDArray[np.float32], rng: np.random.Generator) -> Encoded:
         values = values.astype(np.float32, copy=False)

@@ -1,4 +1,4 @@
-"""topk-q8: 8-bit Top-k values with a per-message scale and stochastic rounding."""
+"""int8: 8-bit values with a per-message scale and stochastic rounding."""
 
 import dataclasses
 
@@ -9,9 +9,10 @@ from flwr.app import ArrayRecord, RecordDict
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
-from compress import COMPRESSORS
-from compress.base import ErrorFeedback
-from compress.topk_q8 import LEVELS, QUANTISED, SCALE, TopKQ8
+from compress.error_feedback import ErrorFeedback
+from compress.float32 import Float32
+from compress import ENCODINGS
+from compress.int8 import LEVELS, QUANTISED, SCALE, Int8
 from strategies.collectives.allgather import Allgather
 from tests.helpers import (
     assert_replicas_hold_the_model_before_last,
@@ -22,7 +23,7 @@ from tests.helpers import (
 from wire.codec import PayloadError, Sparse, raw_array
 from wire.nbytes import content_nbytes
 
-Q8 = TopKQ8()
+Q8 = Int8()
 
 
 def _values(n: int, seed: int = 0) -> np.ndarray:
@@ -30,7 +31,7 @@ def _values(n: int, seed: int = 0) -> np.ndarray:
 
 
 def test_registered_under_its_setting_name() -> None:
-    assert COMPRESSORS["topk-q8"].name == "topk-q8"
+    assert ENCODINGS["int8"] is Int8
 
 
 def test_decoding_recovers_each_value_within_one_step() -> None:
@@ -66,7 +67,7 @@ def test_a_quarter_of_the_bytes_of_float32() -> None:
     )
     f32 = content_nbytes(
         RecordDict(
-            {"v": ArrayRecord(COMPRESSORS["topk"].encode(values, np.random.default_rng(0)).arrays)}
+            {"v": ArrayRecord(Float32().encode(values, np.random.default_rng(0)).arrays)}
         )
     )
     assert q8 < 0.26 * f32
@@ -82,7 +83,7 @@ def test_error_feedback_keeps_the_quantisation_error() -> None:
         update = rng.standard_normal(1000).astype(np.float32)
         compensated = update + residual
         job = client_job(state, update, ratio=0.05)
-        job = dataclasses.replace(job, compressor=Q8, rng=job_rng)
+        job = dataclasses.replace(job, encoding=Q8, rng=job_rng)
         payload = Allgather.client_train(job)
         assert payload.sparse is not None
         sent = Sparse.from_record(payload.sparse, 1000, 50, Q8.decode)
@@ -104,9 +105,9 @@ def test_non_finite_values_travel_so_that_the_server_refuses_them() -> None:
 def test_only_the_star_topology_charges_8_bit_values() -> None:
     from common.settings import ConfigError, settings_with
 
-    assert settings_with(compressor="topk-q8", strategy="topk").topology == "star"
-    with pytest.raises(ConfigError, match="only be charged on the star topology"):
-        settings_with(compressor="topk-q8", strategy="topk", topology="ring")
+    assert settings_with(encoding="int8", collective="allgather").timing.topology == "star"
+    with pytest.raises(ConfigError, match="can only be charged on the star topology"):
+        settings_with(encoding="int8", collective="allgather", topology="ring")
 
 
 def _record(**arrays: object) -> ArrayRecord:
@@ -141,11 +142,11 @@ def test_malformed_payloads_are_refused_by_name(record: ArrayRecord, reason: str
 @pytest.mark.usefixtures("task_identity")
 @pytest.mark.parametrize("collective", ["allgather", "allreduce"])
 def test_federated_rounds_with_8_bit_values(collective: str) -> None:
-    common = {"strategy": "topk", "collective": collective, "compression_ratio": 0.05}
-    final, strategy, grid = run_in_process(
-        federation_settings(compressor="topk-q8", **common), rounds=4
+    common = {"collective": collective, "compression_ratio": 0.05}
+    final, strategy, grid, stats = run_in_process(
+        federation_settings(encoding="int8", **common), rounds=4
     )
-    baseline, float32, _ = run_in_process(federation_settings(**common), rounds=4)
+    baseline, float32, _, float32_stats = run_in_process(federation_settings(**common), rounds=4)
     # Replicas stay equal to the server's model (the downlink is not quantised).
     assert_replicas_hold_the_model_before_last(strategy, grid, final)
     # Uplink: values shrink to a quarter; indices (allgather) stay.
@@ -157,6 +158,8 @@ def test_federated_rounds_with_8_bit_values(collective: str) -> None:
     assert up["q8"] < (0.7 if collective == "allgather" else 0.3) * up["f32"]
     # The quantised run follows the float32 one: far closer to it than to where both started.
     settings = federation_settings(**common)
-    start = model_to_vector(build_model(settings.model, DIGITS_SPEC, seed=settings.seed))
+    start = model_to_vector(
+        build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
+    )
     moved = np.linalg.norm(baseline - start)
     assert moved > 0 and np.linalg.norm(final - baseline) < 0.25 * moved
