@@ -17,7 +17,9 @@ def timing_stamps(msg: Message, context: Context, call_next: ClientAppCallable) 
     clock), so the server can split the round trip into download, busy and upload."""
     received_at = time.time()
     reply = call_next(msg, context)
-    measured = Settings.from_run_config(context.run_config, tables=False).timing == "measured"
+    measured = (
+        Settings.from_run_config(context.run_config, tables=False).timing.timing == "measured"
+    )
     if measured and not reply.has_error() and METRICS_KEY in reply.content.metric_records:
         metrics = reply.content.metric_records[METRICS_KEY]
         metrics[RECEIVED_AT] = received_at

@@ -71,16 +71,16 @@ class Block:
 def blocks(layout: Layout, whole: Indices) -> tuple[list[Block], Indices]:
     """The matrices of a model's flat vector that travel as factors, and the positions that
     travel dense: vectors and scalars, and every array ``whole`` touches (batch-norm
-    buffers; every vector under ``topk-dense-vectors``)."""
-    whole = np.zeros(layout.size, dtype=bool)
-    whole[whole] = True
+    buffers; every vector under ``whole-vectors``)."""
+    touched = np.zeros(layout.size, dtype=bool)
+    touched[whole] = True
     matrices: list[Block] = []
     dense: list[Indices] = []
     offset = 0
     for shape in layout.shapes:
         n = math.prod(shape)
         as_matrix = matrix_shape(shape)
-        if as_matrix is None or whole[offset : offset + n].any():
+        if as_matrix is None or touched[offset : offset + n].any():
             dense.append(np.arange(offset, offset + n, dtype=np.int64))
         else:
             matrices.append(Block(offset, *as_matrix))

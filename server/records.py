@@ -153,7 +153,7 @@ class RunRecorder:
         if self._workload is not None:  # the model's size and counted training FLOPs
             summary["workload"] = self._workload
         (self.results_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        title = f"{self._config.get('strategy', '')} on {self._config.get('dataset', '')}"
+        title = f"{self._config.get('collective', '')} on {self._config.get('dataset', '')}"
         plot_accuracy(rounds, self._initial_accuracy, self.results_dir / "accuracy.png", title)
         return summary
 

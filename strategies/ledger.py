@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 from strategies.collectives.base import Collective, Participant
 from strategies.collectives.program import ExchangeLog
 from timing.clock import PhaseTiming, VirtualClock
-from timing.cost import Link
+from timing.cost import STAR, Link
 from timing.measured import measured_times
 from timing.timed_grid import TimedGrid
 from wire.tally import MeasuredTimes
@@ -183,7 +183,7 @@ class Ledger:
             }
             for phase, timing in zip(log.phases, charge.star, strict=True)
         ]
-        if self.topology != "star":
+        if self.topology != STAR:
             rows = _peer_rows(charge.charged, rows)
         return RoundStats(
             round=server_round,
@@ -209,7 +209,7 @@ class Ledger:
         self, star: list[PhaseTiming], train: Sequence[Any], collective: Collective, ratio: float
     ) -> list[PhaseTiming]:
         """What the clock charges: Flower's star exchanges, or the ring/tree peer collective."""
-        if self.topology == "star" or not train:
+        if self.topology == STAR or not train:
             return star
         latency, bandwidth = self.clock.slowest_link([w.client for w in train])
         seconds = collective.peer_exchange_s(

@@ -40,7 +40,7 @@ from server.build import build_strategy
 from server.checkpoint import CHECKPOINT_NAME
 from server.records import read_rounds
 from testing.in_process import InProcessGrid, run_server_app
-from tests.helpers import unit_clock
+from tests.helpers import Rounds, unit_clock
 from timing.devices import DeviceProfile
 from wire.layout import Layout
 from wire.packing import is_packed, pack, unpack
@@ -348,12 +348,14 @@ def _through_strategy(phase: str, mutate: object) -> tuple[np.ndarray, list[str]
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, kind, target, mutate)
+    rounds = Rounds()
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=2,
+        after_round=rounds,
     )
-    return layout.flatten(result.arrays), strategy.stats[2].refused, grid.hit
+    return layout.flatten(result.arrays), rounds[2].refused, grid.hit
 
 
 THROUGH = {"server-app": _through_server_app, "strategy": _through_strategy}

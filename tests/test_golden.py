@@ -99,12 +99,10 @@ CASES = {
     "allreduce-var": f"{SMALL} collective=allreduce leader=var",
     "allreduce-global": f"{SMALL} collective=allreduce index-policy=global",
     "allreduce-residual-hints": (
-        f"{SMALL} num-server-rounds=6 collective=allreduce "
-        "index-policy=residual-hints"
+        f"{SMALL} num-server-rounds=6 collective=allreduce index-policy=residual-hints"
     ),
     "auto-nsga2-c1-edge": (
-        f"num-clients=4 num-server-rounds=40 seed=3 collective=auto "
-        f"network=c1-edge {NSGA2}"
+        f"num-clients=4 num-server-rounds=40 seed=3 collective=auto network=c1-edge {NSGA2}"
     ),
     "auto-nsga2-asf-c1-edge": (
         f"num-clients=4 num-server-rounds=40 seed=3 collective=auto "
@@ -113,7 +111,9 @@ CASES = {
     "auto-fixed-c2-edge": (
         "num-clients=4 num-server-rounds=40 seed=3 collective=auto network=c2-edge"
     ),
-    "allgather-nsga2-knee": f"{SMALL} num-server-rounds=6 collective=allgather {NSGA2} cr-selection=knee",
+    "allgather-nsga2-knee": (
+        f"{SMALL} num-server-rounds=6 collective=allgather {NSGA2} cr-selection=knee"
+    ),
     "scadles": f"configs/scadles.toml {SMALL} num-server-rounds=6",
     "noniid-injection": (
         f"configs/scadles.toml configs/scadles-noniid-injection.toml {SMALL} "
@@ -123,7 +123,8 @@ CASES = {
     "flagship": f"configs/flagship.toml {SMALL} num-server-rounds=8 {NSGA2}",
     "dsgd-persistence": f"configs/dsgd.toml {SMALL} stream-rates-vary=true",
     "stream-persistence-topk": (
-        f"{SMALL} collective=allgather stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
+        f"{SMALL} collective=allgather stream-rates=S1 buffer-policy=persistence "
+        "batch-policy=fixed "
         "buffer-capacity=64 lr-scaling=linear lr-scale-max=1.5 aggregation-weights=uniform"
     ),
     "ring-dense": f"{SMALL} topology=ring",

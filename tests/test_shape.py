@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 
-from common.settings import PROJECT_ROOT
+from common.settings import PROJECT_ROOT, TABLES
 
 PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client", "commands")
 TOOLS = ("benchmarks", "testing")  # measurement tools, and what tests and benchmarks share
@@ -129,55 +132,150 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert _reaches(graph, "b", "a") and not _reaches(graph, "a", "d")
 
 
-# Each collective's name is spelled in its own module (and where users spell it: settings, the
-# configs, the docs); everywhere else reads it from the collective.
-COLLECTIVE_MODULES = {
-    "allgather": "strategies/collectives/allgather.py",
-    "allreduce": "strategies/collectives/allreduce.py",
-    "powersgd": "strategies/collectives/powersgd.py",
+# Every plug-in's name (a collective, selector, encoding or policy: the keys of the tables the
+# settings read) is written in its own module: the one that defines it or holds its table.
+# Everywhere else reads it from the table or the class. Checked in every package, the settings
+# included; common/settings/renamed.py holds the names of older configs, kept to say what
+# replaced them. A name that is also a word ("dense", "rate", "star") counts when the whole
+# literal is the name: compared with, or a key; a name that is no word ("allgather", "topk")
+# counts anywhere in a literal. Docstrings may name anything.
+OLD_NAMES = "common/settings/renamed.py"
+DTYPES = {"float32", "int8"}  # encodings named after their dtype: the dtype strings are not them
+# The same word for something else, not the plug-in
+ELSEWHERE = {
+    ("common/rates.py", "uniform"): "a stream-rate distribution, not the aggregation weights",
+    ("testing/attacks.py", "examples"): "an attack on num-examples, not the aggregation weights",
+    ("common/settings/load.py", "leader"): "the key leader, not the index policy",
+    ("strategies/collectives/allreduce/names.py", "residual-hints"): "that policy's reply key",
 }
-NAME_WORD = re.compile(r"\b(" + "|".join(COLLECTIVE_MODULES) + r")\b")
+REFERENCE = re.compile(r"^[\w.]+:[A-Za-z_]\w*$")  # "module:TABLE": where a table is, not a name
 
 
-def _named_outside_their_modules(paths: list[Path], root: Path = PROJECT_ROOT) -> list[str]:
-    """String literals (not docstrings) that spell a collective's name outside its module."""
+def _owner(value: object, table_module: str) -> str:
+    if isinstance(value, (type, FunctionType)):
+        return value.__module__
+    if isinstance(value, (int, float, str)):  # a flag or a name: the table's own module
+        return table_module
+    return type(value).__module__ if type(value).__module__ != "builtins" else table_module
+
+
+def plugin_names() -> dict[str, set[str]]:
+    """Every table name -> the modules allowed to spell it (as paths)."""
+    owners: dict[str, set[str]] = {}
+    tables = {**TABLES, "collectives": "strategies.collectives:COLLECTIVES"}
+    for reference in tables.values():
+        module, attribute = reference.split(":")
+        table = getattr(importlib.import_module(module), attribute)
+        entries = table.items() if isinstance(table, dict) else ((n, n) for n in table)
+        for name, value in entries:
+            for where in (module, _owner(value, module)):
+                spec = importlib.util.find_spec(where)
+                assert spec is not None and spec.origin is not None
+                path = Path(spec.origin).relative_to(PROJECT_ROOT)
+                # a plug-in written as a package owns its name in every module of it
+                package = next((d for d in path.parents if d.name == name), None)
+                owners.setdefault(name, set()).add((package or path).as_posix())
+    return owners
+
+
+def _is_word(name: str) -> bool:
+    return name.isalpha() and name in WORDS
+
+
+WORDS = {
+    "dense", "auto", "star", "var", "leader", "global", "fixed", "progress", "asf", "knee",
+    "persistence", "truncation", "rate", "examples", "uniform", "none", "linear", "iid",
+    "dirichlet", "labels", "clip", "median", "sgd", "averaged", "recomputed", "ring", "tree",
+    "memory", "disk", "sign", "resnet",
+}  # fmt: skip
+
+
+def _named_outside_their_modules(
+    paths: list[Path], owners: dict[str, set[str]], root: Path = PROJECT_ROOT
+) -> list[str]:
+    """Literals (not docstrings) that name a plug-in outside the modules that own it."""
+    words = {n for n in owners if n not in DTYPES and not _is_word(n)}
+    anywhere = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, words)) + r")(?![\w-])")
     found = []
     for path in paths:
         where = path.relative_to(root).as_posix()
         tree = ast.parse(path.read_text())
-        docstrings = {
+        docs = {
             id(node.body[0].value)
             for node in ast.walk(tree)
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
             and node.body
             and isinstance(node.body[0], ast.Expr)
         }
+        docs |= {  # a setting's description is docs too
+            id(c)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.keyword) and node.arg == "description"
+            for c in ast.walk(node.value)
+        }
+        whole: set[int] = set()  # literals compared with, or used as keys
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for o in operands:
+                    whole |= {id(e) for e in getattr(o, "elts", [o])}
+            elif isinstance(node, ast.Subscript):
+                whole.add(id(node.slice))
+            elif isinstance(node, ast.Dict):
+                whole |= {id(k) for k in node.keys if k is not None}
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
                 continue
-            if id(node) in docstrings:
+            if id(node) in docs or REFERENCE.match(node.value):
                 continue
-            names = {m.group(1) for m in NAME_WORD.finditer(node.value)}
-            if any(COLLECTIVE_MODULES[name] != where for name in names):
+            names = {m.group(1) for m in anywhere.finditer(node.value)}
+            if id(node) in whole and node.value in owners and node.value not in DTYPES:
+                names.add(node.value)
+            owned = {name for name in names if (where, name) in ELSEWHERE} | {
+                name
+                for name in names
+                if any(where == o or where.startswith(o + "/") for o in owners[name])
+            }
+            if names - owned:
                 found.append(f"{where}:{node.lineno}: {node.value[:60]!r}")
     return found
 
 
-def test_collective_names_are_spelled_only_in_their_own_modules() -> None:
-    """Settings (common/settings.py, configs/) and docs may name them; code asks the table."""
+def test_plugin_names_are_spelled_only_in_their_own_modules() -> None:
+    """Measurement tools (benchmarks/) name the configurations they measure, as configs do."""
     paths = [
         path
-        for package in PACKAGES
+        for package in (*PRODUCT, "testing")
         for path in sorted((PROJECT_ROOT / package).rglob("*.py"))
-        if path != PROJECT_ROOT / "common" / "settings.py"
+        if path.relative_to(PROJECT_ROOT).as_posix() != OLD_NAMES
     ]
-    assert _named_outside_their_modules(paths) == []
+    assert _named_outside_their_modules(paths, plugin_names()) == []
 
 
 def test_the_name_check_finds_a_name(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
-    stray.write_text('"""Docs may say allgather."""\nCHOICE = "allreduce"\n')
-    assert _named_outside_their_modules([stray], root=tmp_path) == ["stray.py:2: 'allreduce'"]
+    stray.write_text(
+        '"""Docs may say allgather."""\n'
+        'CHOICE = "allreduce"\n'
+        'if mode == "dense":\n'
+        "    pass\n"
+        'text = "a dense update"\n'
+        'key = "topk-norm2"\n'
+    )
+    owners = {"allreduce": {"x.py"}, "dense": {"x.py"}, "topk": {"x.py"}}
+    found = _named_outside_their_modules([stray], owners, root=tmp_path)
+    assert found == ["stray.py:2: 'allreduce'", "stray.py:3: 'dense'"]
+
+
+def test_every_table_name_has_an_owner() -> None:
+    owners = plugin_names()
+    assert owners["allgather"] == {
+        "strategies/collectives/__init__.py",  # the table
+        "strategies/collectives/allgather.py",  # the class
+        "strategies/policies/collective.py",  # collective = allgather's choices
+    }
+    assert "compress/randomk.py" in owners["randomk"]
+    assert "strategies/policies/ratio.py" in owners["nsga2"]
 
 
 # Flower's internals are changed in common/flower_patches.py only: an assignment to an

@@ -136,7 +136,8 @@ class LinkLike(Protocol):
 # --- ring and tree topologies: the exchange as the paper's peer collectives would run it ------
 
 STAR = "star"  # Flower's: every exchange through the server
-TOPOLOGIES = (STAR, "ring", "tree")
+RING, TREE = "ring", "tree"  # the papers' peer collectives
+TOPOLOGIES = (STAR, RING, TREE)
 PeerCost = Callable[[int, float, float, Link], float]  # (N, model bytes, c, link) -> seconds
 DenseCost = Callable[[int, float, Link], float]  # (N, message bytes, link) -> seconds
 Cost = TypeVar("Cost", PeerCost, DenseCost)

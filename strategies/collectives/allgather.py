@@ -35,7 +35,7 @@ from strategies.collectives.base import (
 )
 from strategies.collectives.maths import scatter_add
 from strategies.collectives.program import Program, combine
-from timing.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, allgather_topk, star_phase_s
+from timing.cost import MESSAGE_OVERHEAD_BYTES, RING, TREE, LinkLike, allgather_topk, star_phase_s
 from wire.codec import INDEX_ARRAYS, PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import TRAIN
 from wire.layout import Layout
@@ -46,7 +46,7 @@ from wire.train_reply import TrainReply
 class Allgather(Collective):
     name: ClassVar[str] = "allgather"
     gain: ClassVar[str | None] = OWN_TOPK_GAIN
-    peer_costs = {"ring": allgather_topk, "tree": allgather_topk}
+    peer_costs = {RING: allgather_topk, TREE: allgather_topk}
 
     @staticmethod
     def client_train(job: ClientJob) -> ClientPayload:

@@ -18,7 +18,14 @@ from strategies.collectives.base import (
     Vector,
 )
 from strategies.collectives.program import Program, combine
-from timing.cost import MESSAGE_OVERHEAD_BYTES, ring_allreduce, star_phase_s, tree_allreduce
+from timing.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    RING,
+    TREE,
+    ring_allreduce,
+    star_phase_s,
+    tree_allreduce,
+)
 from wire.keys import ARRAYS_KEY
 from wire.train_reply import TrainReply
 
@@ -28,8 +35,8 @@ class Dense(Collective):
     compressed = False
     aligned = True  # the whole update
     peer_costs = {
-        "ring": lambda n, m, c, link: ring_allreduce(n, m, link),
-        "tree": lambda n, m, c, link: tree_allreduce(n, m, link),
+        RING: lambda n, m, c, link: ring_allreduce(n, m, link),
+        TREE: lambda n, m, c, link: tree_allreduce(n, m, link),
     }
 
     @staticmethod

@@ -54,6 +54,8 @@ from strategies.collectives.base import (
 from strategies.collectives.program import Program, combine, exchange, finished, phase_replies
 from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
+    RING,
+    TREE,
     Link,
     peer_cost,
     ring_allreduce,
@@ -181,7 +183,7 @@ class PowerSgd(Collective):
     own_settings: ClassVar[tuple[str, ...]] = ("powersgd-rank",)
     aligned: ClassVar[bool] = True  # the same P̂ and Q
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
-    ALLREDUCES = {"ring": ring_allreduce, "tree": tree_allreduce}
+    ALLREDUCES = {RING: ring_allreduce, TREE: tree_allreduce}
 
     @classmethod
     def check(cls, settings: Settings) -> list[str]:

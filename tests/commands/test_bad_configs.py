@@ -20,7 +20,7 @@ def _networks(tmp_path: Path, *rows: tuple[float, ...]) -> str:
 
 CASES = {
     "preset with a TOML syntax error": (
-        lambda tmp: _preset(tmp, 'strategy = "topk"\ncompression-ratio = = 0.1\n'),
+        lambda tmp: _preset(tmp, 'collective = "allgather"\ncompression-ratio = = 0.1\n'),
         r"preset .*bad\.toml: .*\(at line 2, column",
     ),
     "trace client nan": (
@@ -40,12 +40,24 @@ CASES = {
         r"trace\.jsonl:2: round 5 of client 1 is not after its previous row",
     ),
     "cr-min above cr-max": (
-        lambda tmp: "strategy=topk cr-schedule=nsga2 cr-min=0.2 cr-max=0.1",
+        lambda tmp: "collective=allgather cr-schedule=nsga2 cr-min=0.2 cr-max=0.1",
         r"cr-min \(0\.2\) must be below cr-max \(0\.1\)",
     ),
-    "an unknown compressor": (
-        lambda tmp: "strategy=topk compressor=gzip",
-        r"compressor = 'gzip' is not allowed; allowed values: topk, topk-q8",
+    "an unknown encoding": (
+        lambda tmp: "collective=allgather encoding=gzip",
+        r"encoding = 'gzip' is not allowed; allowed values: float32, int8, sign, qsgd",
+    ),
+    "a config of the old keys": (
+        lambda tmp: "strategy=topk compressor=topk-q8",
+        r"2 problems in the run config:\n- compressor is gone: .* use encoding = 'int8'",
+    ),
+    "a typo inside auto-collectives": (
+        lambda tmp: "collective=auto auto-collectives=allreduce,alllgather",
+        r"auto-collectives = 'allreduce,alllgather': name each of allgather, allreduce, powersgd",
+    ),
+    "a ramp between 0 and 1": (
+        lambda tmp: "collective=auto cr-schedule=nsga2 cr-ratio-ramp=0.25",
+        r"cr-ratio-ramp must be 0 \(no limit\) or >= 1, got 0.25",
     ),
 }
 

@@ -75,7 +75,10 @@ RUN_A = '[[runs]]\nname = "a"\n'
         (HEAD + "rounds = 3\n" + RUN_A, "'rounds'"),
         (HEAD + RUN_A + RUN_A, "used twice"),
         (HEAD + RUN_A + "[runs.config]\nseed = 4\n", "set by the runner"),
-        (HEAD + RUN_A + '[runs.config]\nstrategy = "x"\n', "run 'a' \\(seed 1\\): strategy = 'x'"),
+        (
+            HEAD + RUN_A + '[runs.config]\ncollective = "x"\n',
+            "run 'a' \\(seed 1\\): collective = 'x'",
+        ),
         (HEAD + RUN_A + 'presets = ["configs/nope.toml"]\n', "not found"),
     ],
 )

@@ -1,8 +1,6 @@
 """docs/configuration.md is what commands/configuration_doc.py writes from the code."""
 
-import dataclasses
-
-from commands.configuration_doc import DOC, allowed, render
+from commands.configuration_doc import DOC, allowed, render, sections
 from common.settings import Settings
 
 
@@ -11,10 +9,15 @@ def test_the_configuration_reference_is_up_to_date() -> None:
 
 
 def test_every_key_says_what_it_means_and_what_it_takes() -> None:
-    for f in dataclasses.fields(Settings):
-        assert f.metadata["doc"].strip(), f"{f.name} has no doc"
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
-    assert allowed(fields["test_fraction"]) == "number in (0, 1)"
-    assert allowed(fields["num_clients"]) == "integer >= 1"
-    assert "`clip-screen`" in allowed(fields["robust"])  # the table's names
-    assert allowed(fields["model"]).endswith("or `package.module:factory`")
+    fields = {
+        name: info for _, section in sections() for name, info in section.model_fields.items()
+    }
+    assert len(fields) == len(Settings.keys())
+    for name, info in fields.items():
+        assert (info.description or "").strip(), f"{name} has no description"
+        assert f"`{name.replace('_', '-')}`" in render()
+    assert allowed("test_fraction", fields["test_fraction"]) == "number in (0, 1)"
+    assert allowed("num_clients", fields["num_clients"]) == "integer >= 1"
+    assert allowed("timing", fields["timing"]) == "`modelled`, `measured`"
+    assert "`clip-screen`" in allowed("robust", fields["robust"])  # the table's names
+    assert allowed("model", fields["model"]).endswith("or `package.module:factory`")

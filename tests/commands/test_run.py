@@ -55,7 +55,7 @@ def test_results_dir_is_made_absolute_with_a_timestamped_default() -> None:
     assert Path(settings.run.results_dir).is_absolute()
     assert Path(settings.run.results_dir).parent.name == "results"
     assert settings.run.results_dir.endswith("-dense")
-    assert resolve_settings({"results-dir": "/tmp/somewhere"}).results_dir == "/tmp/somewhere"
+    assert resolve_settings({"results-dir": "/tmp/somewhere"}).run.results_dir == "/tmp/somewhere"
 
 
 def test_presets_then_pairs_in_order(tmp_path: Path) -> None:

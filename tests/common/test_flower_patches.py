@@ -67,7 +67,7 @@ def test_another_flower_version_is_refused_before_anything_starts(
     monkeypatch.setattr(flower_patches.flwr, "__version__", "1.43.0")
     with pytest.raises(ConfigError, match="short-polls: .*1.43.0"):
         settings_with(short_polls=True)
-    assert not settings_with(short_polls=False).short_polls
+    assert not settings_with(short_polls=False).deployment.short_polls
 
 
 def test_out_of_range_polls_are_refused(source: list[str]) -> None:

@@ -10,11 +10,16 @@ from common.settings import (
     settings_with,
     table_names,
 )
+from common.settings.load import SECTION_OF
+
+
+def _value(settings: Settings, field_name: str) -> object:
+    return getattr(getattr(settings, SECTION_OF[field_name]), field_name)
 
 
 def test_defaults_parse_and_round_trip() -> None:
     settings = Settings.from_run_config(default_run_config())
-    assert settings.strategy == "dense"
+    assert settings.collective.collective == "dense"
     assert Settings.from_run_config(settings.to_run_config()) == settings
 
 
@@ -22,16 +27,77 @@ def test_every_setting_has_a_default_in_pyproject() -> None:
     assert sorted(default_run_config()) == sorted(Settings.keys())
 
 
-def test_unknown_key_is_named_with_the_allowed_keys() -> None:
+def test_every_key_is_in_one_section_under_its_own_name() -> None:
+    keys = Settings.keys()
+    assert len(keys) == len(set(keys)) == len(SECTION_OF)
+    assert {key.replace("-", "_") for key in keys} == set(SECTION_OF)
+
+
+def test_an_unknown_key_gets_the_closest_key() -> None:
     config = default_run_config() | {"num-round": 3}
-    with pytest.raises(ConfigError, match="'num-round'.*allowed keys: .*num-server-rounds"):
+    with pytest.raises(ConfigError, match="'num-round'; did you mean 'num-server-rounds'"):
         Settings.from_run_config(config)
+
+
+def test_a_misspelt_name_gets_the_closest_name() -> None:
+    with pytest.raises(ConfigError, match=r"'alreduce' is not allowed \(did you mean 'allreduce'"):
+        settings_with(collective="alreduce")
+
+
+def test_every_problem_of_a_config_is_named_at_once() -> None:
+    config = default_run_config() | {"num-clients": 0, "learning-rate": "fast", "seed": -1}
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_run_config(config)
+    message = str(caught.value)
+    assert message.startswith("3 problems in the run config:")
+    for fault in ("num-clients must be >= 1", "learning-rate must be a number", "seed must be"):
+        assert fault in message
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"strategy": "dense"}, "use collective = 'dense'"),
+        ({"strategy": "topk"}, "use collective = 'allgather'"),  # the old default
+        ({"strategy": "topk", "collective": "allreduce"}, "use collective = 'allreduce' alone"),
+        ({"compressor": "topk-q8"}, "use encoding = 'int8' with selector = 'topk'"),
+        ({"compressor": "topk"}, "use encoding = 'float32' with selector = 'topk'"),
+        ({"topk-dense-vectors": True}, "topk-dense-vectors is now whole-vectors"),
+    ],
+)
+def test_a_key_of_an_older_config_names_what_replaced_it(old: dict[str, object], new: str) -> None:
+    with pytest.raises(ConfigError, match=new.replace("(", r"\(")):
+        Settings.from_run_config(default_run_config() | old)
+
+
+def test_an_older_recorded_config_reads_in_todays_keys() -> None:
+    from common.settings.renamed import upgraded
+
+    old = {"strategy": "topk", "compressor": "topk-q8", "topk-dense-vectors": True, "seed": 3}
+    assert upgraded(old) == {
+        "collective": "allgather",
+        "encoding": "int8",
+        "whole-vectors": True,
+        "seed": 3,
+    }
+    assert upgraded({"strategy": "dense", "collective": "allreduce"}) == {"collective": "dense"}
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"strategy": "fedsgd"}, "strategy = 'fedsgd' is not allowed; allowed values: dense"),
+        (
+            {"collective": "fedsgd"},
+            "collective = 'fedsgd' is not allowed; allowed values: dense, allgather, allreduce, "
+            "powersgd, auto",
+        ),
+        ({"selector": "threshold"}, "allowed values: topk, randomk"),
+        ({"encoding": "gzip"}, "allowed values: float32, int8, sign, qsgd"),
+        ({"cr_ratio_ramp": 0.25}, "cr-ratio-ramp must be 0 (no limit) or >= 1, got 0.25"),
+        (
+            {"collective": "auto", "auto_collectives": "allreduce,alllgather"},
+            "auto-collectives = 'allreduce,alllgather': name each of",
+        ),
         ({"partitioner": "shards"}, "allowed values: iid, dirichlet, labels"),
         (
             {"model": "vit"},
@@ -77,7 +143,8 @@ def test_missing_key_is_named() -> None:
 
 
 def test_integer_accepted_for_float_setting() -> None:
-    assert settings_with(learning_rate=1).learning_rate == 1.0
+    learning_rate = settings_with(learning_rate=1).training.learning_rate
+    assert learning_rate == 1.0 and isinstance(learning_rate, float)
 
 
 @pytest.mark.parametrize("field_name", sorted(TABLES))
@@ -92,26 +159,46 @@ def test_allowed_names_come_from_the_implementing_table(
     with pytest.raises(ConfigError, match=f"{key} = 'no-such-name' is not allowed"):
         Settings.from_run_config(defaults | {key: "no-such-name"})
     # A client does not check table names (it does not load the server's tables).
-    assert (
-        getattr(
-            Settings.from_run_config(defaults | {key: "no-such-name"}, tables=False), field_name
-        )
-        == "no-such-name"
-    )
+    unchecked = Settings.from_run_config(defaults | {key: "no-such-name"}, tables=False)
+    assert _value(unchecked, field_name) == "no-such-name"
     if isinstance(table, dict):  # registering an entry is all it takes to allow its name
-        monkeypatch.setitem(table, "no-such-name", next(iter(table.values())))
+        monkeypatch.setitem(table, "no-such-name", table[defaults[key]])
         accepted = Settings.from_run_config(defaults | {key: "no-such-name"})
-        assert getattr(accepted, field_name) == "no-such-name"
+        assert _value(accepted, field_name) == "no-such-name"
 
 
 def test_own_model_is_a_reference_the_settings_accept() -> None:
-    assert settings_with(model="my_package.models:small").model == "my_package.models:small"
+    model = settings_with(model="my_package.models:small").training.model
+    assert model == "my_package.models:small"
 
 
 def test_a_coordinatewise_defence_needs_a_collective_whose_values_are_aligned() -> None:
     with pytest.raises(ConfigError, match="'allreduce' or 'powersgd'"):
-        settings_with(strategy="topk", collective="allgather", robust="median")
-    assert (
-        settings_with(strategy="topk", collective="allreduce", robust="median").robust == "median"
-    )
-    assert settings_with(strategy="dense", robust="trimmed-mean").robust == "trimmed-mean"
+        settings_with(collective="allgather", robust="median")
+    assert settings_with(collective="allreduce", robust="median").trust.robust == "median"
+    assert settings_with(collective="dense", robust="trimmed-mean").trust.robust == "trimmed-mean"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # a plug-in's own rules, from its module
+        ({"collective": "allreduce", "selector": "randomk", "leader": "var"}, "draws it from"),
+        ({"collective": "allreduce", "encoding": "sign", "leader": "var"}, "does not keep"),
+        ({"collective": "allgather", "selector": "randomk", "cr_schedule": "nsga2"}, "Top-k"),
+        ({"collective": "allgather", "topology": "tree", "encoding": "qsgd"}, "star topology"),
+        ({"collective": "allgather", "topology": "ring", "selector": "randomk"}, "star topology"),
+        ({"collective": "dense", "adaptive_delta": 0.3}, "needs a compressed collective"),
+    ],
+)
+def test_each_plug_in_refuses_settings_it_cannot_run(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_with(**overrides)
+
+
+def test_a_plug_in_takes_the_settings_that_fit_it() -> None:
+    assert settings_with(collective="allreduce", selector="randomk").compression.selector
+    assert settings_with(collective="allgather", encoding="qsgd", qsgd_levels=1).compression
+    assert settings_with(collective="allreduce", encoding="sign").collective.leader == "star"

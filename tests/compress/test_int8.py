@@ -9,15 +9,16 @@ from flwr.app import ArrayRecord, RecordDict
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
+from compress import ENCODINGS
 from compress.error_feedback import ErrorFeedback
 from compress.float32 import Float32
-from compress import ENCODINGS
 from compress.int8 import LEVELS, QUANTISED, SCALE, Int8
 from strategies.collectives.allgather import Allgather
 from tests.helpers import (
     assert_replicas_hold_the_model_before_last,
     client_job,
     federation_settings,
+    last_round,
     run_in_process,
 )
 from wire.codec import PayloadError, Sparse, raw_array
@@ -66,9 +67,7 @@ def test_a_quarter_of_the_bytes_of_float32() -> None:
         RecordDict({"v": ArrayRecord(Q8.encode(values, np.random.default_rng(0)).arrays)})
     )
     f32 = content_nbytes(
-        RecordDict(
-            {"v": ArrayRecord(Float32().encode(values, np.random.default_rng(0)).arrays)}
-        )
+        RecordDict({"v": ArrayRecord(Float32().encode(values, np.random.default_rng(0)).arrays)})
     )
     assert q8 < 0.26 * f32
     assert Q8.values_nbytes(5000) == 5004
@@ -152,7 +151,7 @@ def test_federated_rounds_with_8_bit_values(collective: str) -> None:
     # Uplink: values shrink to a quarter; indices (allgather) stay.
     phase = "train" if collective == "allgather" else "values"
     up = {
-        s: {p["name"]: p["bytes_up"] for p in r.stats[4].phases}[phase]
+        s: {p["name"]: p["bytes_up"] for p in last_round(r).phases}[phase]
         for s, r in (("q8", strategy), ("f32", float32))
     }
     assert up["q8"] < (0.7 if collective == "allgather" else 0.3) * up["f32"]

@@ -22,6 +22,7 @@ from common.state_file import dump_state
 from compress.error_feedback import RESIDUAL_KEY
 from compress.state_store import is_stored
 from server import app as server_app
+from server import build as server_build
 from server.checkpoint import (
     CHECKPOINT_NAME,
     FORMAT,
@@ -219,7 +220,8 @@ FAMILIES = {
     "adaptive": f"{DENSE} collective=allgather adaptive-delta=0.3",
     "flagship": f"configs/flagship.toml {TOPK}",
     "stream-persistence": (
-        f"{DENSE} collective=allgather stream-rates=S1 buffer-policy=persistence batch-policy=fixed "
+        f"{DENSE} collective=allgather stream-rates=S1 buffer-policy=persistence "
+        "batch-policy=fixed "
         "buffer-capacity=64 lr-scaling=linear lr-scale-max=1.5 aggregation-weights=uniform"
     ),
     "sampled-ring": f"{DENSE} num-clients=4 clients-per-round=2 topology=ring collective=allgather",
@@ -237,14 +239,14 @@ def test_the_strategy_read_from_a_checkpoint_is_the_one_written(
     """Every policy's state survives the file: the strategy rebuilt from it, written again,
     gives the same tree and arrays as the strategy that wrote it."""
     built: list[tuple[tuple[Any, ...], Any]] = []
-    build = server_app.build_strategy
+    build = server_build.build_strategy
 
     def build_strategy(*args: Any) -> Any:
         strategy = build(*args)
         built.append((args, strategy))
         return strategy
 
-    monkeypatch.setattr(server_app, "build_strategy", build_strategy)
+    monkeypatch.setattr(server_build, "build_strategy", build_strategy)
     settings = _settings(f"{FAMILIES[family]} num-server-rounds=3 checkpoint-every=3", tmp_path)
     run_server_app(InProcessGrid(settings))
     ((args, written),) = built

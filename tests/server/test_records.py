@@ -35,6 +35,6 @@ def test_rounds_summary_and_plot(tmp_path: Path) -> None:
     assert summary["best_round"] == 1
     assert summary["bytes_up"] == 30 and summary["bytes_down"] == 60
     assert summary["virtual_time_s"] == 3.0
-    assert summary["config"]["strategy"] == "dense"
+    assert summary["config"]["collective"] == "dense"
     assert (tmp_path / "run" / "accuracy.png").stat().st_size > 1000
     assert "round    2/5" in progress_line(row, 5) and "acc 0.5000" in progress_line(row, 5)

@@ -48,7 +48,9 @@ def test_majority_at_or_below_delta_compresses(shares: list[float], compress: bo
 
 @pytest.mark.parametrize(("delta", "compressed_rounds"), [(1.0, {2, 3, 4}), (1e-6, set())])
 def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> None:
-    settings = federation_settings(collective="allgather", compression_ratio=0.1, adaptive_delta=delta)
+    settings = federation_settings(
+        collective="allgather", compression_ratio=0.1, adaptive_delta=delta
+    )
     _, strategy, _, stats = run_in_process(settings, rounds=4)
     ratios = {r: s.compression_ratio for r, s in stats.items()}
     assert ratios[1] == 1.0  # nothing reported yet: dense
@@ -61,7 +63,7 @@ def test_rounds_follow_the_vote(delta: float, compressed_rounds: set[int]) -> No
 
 
 def test_adaptive_delta_needs_a_fixed_topk_ratio() -> None:
-    with pytest.raises(ConfigError, match="adaptive-delta needs strategy = 'topk'"):
+    with pytest.raises(ConfigError, match="adaptive-delta needs a compressed collective"):
         federation_settings(collective="dense", adaptive_delta=0.3)
     with pytest.raises(ConfigError, match="cr-schedule = 'nsga2'"):
         federation_settings(collective="allgather", cr_schedule="nsga2", adaptive_delta=0.3)

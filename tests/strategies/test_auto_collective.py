@@ -15,7 +15,7 @@ from strategies.collectives.allreduce.leaders import shared_index_factor
 from strategies.collectives.allreduce.names import TOPK_NORM2
 from strategies.collectives.base import Outlook, Participant
 from testing.in_process import InProcessGrid
-from tests.helpers import federation_settings, unit_clock
+from tests.helpers import Rounds, federation_settings, unit_clock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
 from wire.codec import topk_count
@@ -39,16 +39,18 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     clock = unit_clock({i: DEVICE for i in range(3)}, schedule)
     strategy = build_strategy(settings, clock, layout)
     rounds = 120
+    rounds = Rounds()
     strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
+        after_round=rounds,
     )
     k, d = topk_count(layout.size, 0.01), layout.size
     agree, flips = 0, 0
     previous = None
     for r in range(3, rounds + 1):
-        stats = strategy.stats[r]
+        stats = rounds[r]
         true_links = list(schedule.profiles(r, {i: DEVICE for i in range(3)}).values())
         compute = [16 / DEVICE.train_flops_per_s] * 3
         union = min(d, 3 * k)
@@ -82,15 +84,17 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: DEVICE for i in range(3)}, schedule), layout)
 
+    rounds = Rounds()
     strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=80,
+        after_round=rounds,
     )
-    solves = [s.ratio_policy["ratio_solve"] for s in strategy.stats.values() if s.ratio_policy]
+    solves = [s.ratio_policy["ratio_solve"] for s in rounds.values() if s.ratio_policy]
     assert solves[0]["round"] == 4 and solves[0]["reason"] == "warm-up done"
     assert any(s["reason"] == "links changed" and 37 <= s["round"] <= 45 for s in solves)
-    ratios = {r: s.compression_ratio for r, s in strategy.stats.items()}
+    ratios = {r: s.compression_ratio for r, s in rounds.items()}
     assert all(ratios[r] == 0.01 for r in (1, 2, 3))
     assert all(0.001 <= c <= 0.1 for c in ratios.values())
     # 1 Mbit/s from round 37 makes bytes dear: the ratio after that solve is lower.
@@ -101,7 +105,7 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
     for r in range(solves[0]["round"], 81):
         current = solved_at.get(r, current)
         assert current is not None
-        assert strategy.stats[r].collective == current["collective"]
+        assert rounds[r].collective == current["collective"]
     # Allreduce rounds measured the share of own Top-k energy at the leader's indices.
     factors = [s["shared_index_factor"] for s in solves]
     assert all(f is not None and 0 < f < 1 for f in factors)
@@ -142,12 +146,14 @@ def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
     layout = Layout.of_model(model)
     clock = unit_clock({i: DEVICE for i in range(clients)}, schedule)
     strategy = build_strategy(settings, clock, layout)
+    seen = Rounds()
     strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
+        after_round=seen,
     )
-    return strategy.stats
+    return seen
 
 
 def test_auto_takes_powersgd_where_its_predicted_round_is_the_shortest() -> None:

@@ -14,7 +14,7 @@ from common.params import model_to_vector
 from common.settings import ConfigError, settings_with
 from strategies.collectives.base import DenseUpdate
 from strategies.policies.statistics import STATISTICS, Averaged, Recomputed
-from tests.helpers import assert_replicas_hold_the_model_before_last
+from tests.helpers import Rounds, assert_replicas_hold_the_model_before_last
 from wire.codec import Sparse
 
 
@@ -132,17 +132,19 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
         STATISTICS[settings.training.batch_norm_statistics](model, validation),
     )
     grid = InProcessGrid(settings)
+    rounds = Rounds()
     result = strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=3,
+        after_round=rounds,
     )
     final = layout.flatten(result.arrays)
     np.testing.assert_allclose(
         final, recompute_statistics(model, final, validation), rtol=1e-5, atol=1e-6
     )
     assert_replicas_hold_the_model_before_last(strategy, grid, final)
-    assert not any(strategy.stats[r].refused for r in range(1, 4))
+    assert not any(rounds[r].refused for r in range(1, 4))
 
 
 @pytest.mark.usefixtures("task_identity")

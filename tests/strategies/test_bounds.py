@@ -20,7 +20,9 @@ from testing.in_process import InProcessGrid
 from tests.helpers import (
     TINY_SHAPES,
     RewriteRound,
+    Rounds,
     federation_settings,
+    last_round,
     reply_message,
     run_in_process,
     start_round,
@@ -130,7 +132,7 @@ def test_an_inflated_example_count_cannot_take_over_the_aggregate() -> None:
     for k in TINY_SHAPES:
         expected = global_arrays[k].numpy() + good[k].numpy()
         np.testing.assert_allclose(arrays[k].numpy(), expected, atol=1e-7)
-    assert "num-examples 1000000000000 exceeds" in strategy.stats[1].refused[0]
+    assert "num-examples 1000000000000 exceeds" in last_round(strategy).refused[0]
 
 
 class ClaimingGrid(InProcessGrid):
@@ -155,34 +157,34 @@ VAR = {"collective": "allreduce", "leader": "var", "compression_ratio": 0.05}
 
 
 def _led(settings, grid):  # type: ignore[no-untyped-def]
-    """Three rounds over ``grid``: the strategy, and the node asked for the index set each
-    round (its leader)."""
-    _, strategy, _, stats = run_in_process(settings, rounds=3, grid=grid)
-    return strategy, [node for kind, node in grid.sent if kind == "train.indices"]
+    """Three rounds over ``grid``: each round's figures, and the node asked for the index set
+    each round (its leader)."""
+    _, _, _, rounds = run_in_process(settings, rounds=3, grid=grid)
+    return rounds, [node for kind, node in grid.sent if kind == "train.indices"]
 
 
 @pytest.mark.usefixtures("task_identity")
 def test_an_implausible_norm_claim_is_refused_before_it_can_lead() -> None:
     settings = federation_settings(**VAR)
     grid = ClaimingGrid(settings, 1e300)
-    strategy, leaders = _led(settings, grid)
+    rounds, leaders = _led(settings, grid)
     assert 101 not in leaders
     for server_round in (1, 2, 3):
-        (reason,) = strategy.stats[server_round].refused
+        (reason,) = rounds[server_round].refused
         assert reason.startswith("node 101 (train): topk-norm2 ")
         assert "exceeds 100 x the median of the others' claims" in reason
-        assert strategy.stats[server_round].num_clients == 2
+        assert rounds[server_round].num_clients == 2
 
 
 @pytest.mark.usefixtures("task_identity")
 def test_a_var_leader_caught_lying_leads_no_more() -> None:
     settings = federation_settings(**VAR)
     grid = ClaimingGrid(settings, 30.0)  # plausible, so it leads, but its values give it away
-    strategy, leaders = _led(settings, grid)
+    rounds, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
-    assert "it leads no more" in strategy.stats[1].refused[0]
-    assert strategy.stats[1].num_clients == 2  # the others' values at its indices
-    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 3
+    assert "it leads no more" in rounds[1].refused[0]
+    assert rounds[1].num_clients == 2  # the others' values at its indices
+    assert rounds[2].refused == [] and rounds[2].num_clients == 3
 
 
 def _claiming(claims: list[float]) -> list[Participant]:
@@ -229,15 +231,17 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, "train", 101, strip)
+    rounds = Rounds()
     strategy.start(
         grid=grid,  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=3,
+        after_round=rounds,
     )
     assert grid.hit == 101
-    refused = strategy.stats[2].refused
+    refused = rounds[2].refused
     assert len(refused) == 1 and "no stream report" in refused[0]
-    assert strategy.stats[3].num_clients == 3 and not strategy.stats[3].refused
+    assert rounds[3].num_clients == 3 and not rounds[3].refused
 
 
 def _with_record(name: str, size: int) -> Any:
@@ -265,14 +269,14 @@ def test_a_record_nobody_reads_is_refused_not_charged(
     from tests.fuzz import MutatingGrid
 
     settings = federation_settings(**overrides)
-    clean_strategy = run_in_process(settings, rounds=3)[1]
+    clean = run_in_process(settings, rounds=3)[3]
     grid = MutatingGrid(settings, "train", 101, _with_record(name, 4 << 20))
     _, strategy, _, stats = run_in_process(settings, rounds=3, grid=grid)
     assert grid.hit == 101
     (refused,) = stats[2].refused
     assert refused.startswith("node 101") and reason in refused
     assert stats[2].num_clients == 2
-    assert stats[2].bytes_up < clean_strategy.stats[2].bytes_up < 4 << 20
+    assert stats[2].bytes_up < clean[2].bytes_up < 4 << 20
     assert stats[3].num_clients == 3 and not stats[3].refused
 
 
@@ -325,10 +329,10 @@ class ForgedLeaderReply(InProcessGrid):
 def test_only_the_leader_answers_for_the_index_set(how: str) -> None:
     settings = federation_settings(**VAR)
     grid = ForgedLeaderReply(settings, how)
-    _, strategy, _, stats = run_in_process(settings, rounds=2, grid=grid)
+    _, _, _, rounds = run_in_process(settings, rounds=2, grid=grid)
     assert grid.forged == 2
     for server_round in (1, 2):
-        stats = stats[server_round]
+        stats = rounds[server_round]
         assert any("but not this round's leader" in r for r in stats.refused)
         assert stats.num_clients == (0 if how == "replace" else 3)
 
@@ -359,13 +363,13 @@ def test_a_var_leader_whose_index_set_holds_nothing_for_the_others_leads_no_more
     others (three judges) hold almost none of their Top-k energy at indices 0..k-1."""
     settings = federation_settings(**VAR, num_clients=4)
     grid = PinningGrid(settings)
-    strategy, leaders = _led(settings, grid)
+    rounds, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
-    (reason,) = strategy.stats[1].refused
+    (reason,) = rounds[1].refused
     assert reason.startswith("node 101 (values): the others hold a median ")
     assert "of their Top-k energy at its index set, below 0.02; it leads no more" in reason
-    assert strategy.stats[1].num_clients == 3  # the others' values at its indices
-    assert strategy.stats[2].refused == [] and strategy.stats[2].num_clients == 4
+    assert rounds[1].num_clients == 3  # the others' values at its indices
+    assert rounds[2].refused == [] and rounds[2].num_clients == 4
 
 
 class EmptyIndicesGrid(ClaimingGrid):
@@ -391,8 +395,8 @@ def test_a_leader_whose_index_reply_is_refused_leads_no_more() -> None:
     """A malformed index set costs its round once, not every round."""
     settings = federation_settings(**VAR)
     grid = EmptyIndicesGrid(settings, 30.0)
-    strategy, leaders = _led(settings, grid)
+    rounds, leaders = _led(settings, grid)
     assert leaders[0] == 101 and 101 not in leaders[1:]
-    assert strategy.stats[1].refused[0].startswith("node 101 (indices): ")
-    assert strategy.stats[1].num_clients == 0  # no index set, no round
-    assert strategy.stats[2].num_clients == 3
+    assert rounds[1].refused[0].startswith("node 101 (indices): ")
+    assert rounds[1].num_clients == 0  # no index set, no round
+    assert rounds[2].num_clients == 3

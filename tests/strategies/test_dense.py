@@ -7,6 +7,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from tests.helpers import (
     TINY_SHAPES,
+    last_round,
     reply_message,
     start_round,
     tiny_record,
@@ -105,7 +106,7 @@ def test_bad_reply_is_refused_and_the_rest_renormalised(
         np.testing.assert_allclose(
             arrays[k].numpy(), global_arrays[k].numpy() + good_update[k].numpy(), atol=1e-7
         )
-    stats = strategy.stats[1]
+    stats = last_round(strategy)
     assert stats.num_clients == 1
     assert len(stats.refused) == 1 and stats.refused[0].startswith("node 101: ")  # one phase
     assert reason in stats.refused[0]
@@ -119,8 +120,8 @@ def test_all_refused_keeps_the_old_model() -> None:
         1, [reply_message(None, 100, error="crashed"), reply_message(RecordDict(), 101)]
     )
     assert arrays is None and metrics is None  # Strategy.start then keeps the previous arrays
-    assert strategy.stats[1].num_clients == 0
-    assert "crashed" in strategy.stats[1].refused[0]
+    assert last_round(strategy).num_clients == 0
+    assert "crashed" in last_round(strategy).refused[0]
 
 
 def test_bytes_and_virtual_time_come_from_the_messages() -> None:
@@ -130,7 +131,7 @@ def test_bytes_and_virtual_time_come_from_the_messages() -> None:
     start_round(strategy, global_arrays, 2)
     replies = [reply_message(_update_reply(tiny_record(rng), i, 10), 100 + i) for i in range(2)]
     strategy.aggregate_train(1, replies)
-    stats = strategy.stats[1]
+    stats = last_round(strategy)
     payload = 4 * (12 + 3)
     assert stats.bytes_down > 2 * payload and stats.bytes_down < 2 * (payload + 600)
     assert stats.bytes_up > 2 * payload and stats.bytes_up < 2 * (payload + 600)

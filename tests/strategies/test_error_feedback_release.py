@@ -24,8 +24,8 @@ def test_vector_positions_are_the_arrays_of_at_most_one_dimension() -> None:
 def test_sent_whole_adds_the_vectors_to_the_buffers_only_when_asked() -> None:
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     layout, buffers = Layout.of_model(model), buffer_positions(model)
-    assert whole_entries(layout, buffers, dense_vectors=False) is buffers
-    whole = whole_entries(layout, buffers, dense_vectors=True)
+    assert whole_entries(layout, buffers, vectors=False) is buffers
+    whole = whole_entries(layout, buffers, vectors=True)
     biases_and_scales = 256 + 128 + 10 + 2 * (256 + 128)  # linear biases, norm scales, shifts
     assert whole.size == buffers.size + biases_and_scales
     assert np.isin(buffers, whole).all()
@@ -57,7 +57,7 @@ def test_dense_vectors_travel_whole_in_every_compressed_round() -> None:
     from tests.helpers import federation_settings, run_in_process
 
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
-    whole = whole_entries(Layout.of_model(model), buffer_positions(model), dense_vectors=True)
+    whole = whole_entries(Layout.of_model(model), buffer_positions(model), vectors=True)
     for collective in ("allgather", "allreduce"):
         settings = federation_settings(
             model="mlp-bn",

@@ -9,6 +9,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from strategies.relay import InjectionPlan
 from tests.helpers import (
     TINY_SHAPES,
+    last_round,
     reply_message,
     start_round,
     tiny_record,
@@ -60,7 +61,7 @@ def test_a_hostile_dense_update_is_refused_and_the_round_goes_on(case: str) -> N
     for k in TINY_SHAPES:  # only the good client counts
         expected = global_arrays[k].numpy() + good[k].numpy()
         np.testing.assert_allclose(arrays[k].numpy(), expected, atol=1e-7)
-    [refused] = strategy.stats[1].refused
+    [refused] = last_round(strategy).refused
     assert refused.startswith("node 101: ")
 
 
@@ -88,5 +89,5 @@ def test_refusals_quote_a_client_briefly() -> None:
     chatty = RecordDict(dict(content.items()))
     chatty.metric_records["metrics"]["train-loss"] = [0.5] * 200_000
     strategy.aggregate_train(1, [reply_message(chatty, 100), reply_message(chatty, 101)])
-    assert all(len(r) < 400 for r in strategy.stats[1].refused)
-    assert len(strategy.stats[1].refused) == 2
+    assert all(len(r) < 400 for r in last_round(strategy).refused)
+    assert len(last_round(strategy).refused) == 2

@@ -5,7 +5,14 @@ import pytest
 from flwr.app import Message
 
 from strategies.identity import Identities
-from tests.helpers import reply_message, start_round, tiny_record, tiny_strategy, train_reply
+from tests.helpers import (
+    last_round,
+    reply_message,
+    start_round,
+    tiny_record,
+    tiny_strategy,
+    train_reply,
+)
 
 
 def test_bound_on_first_accepted_reply_and_held() -> None:
@@ -57,14 +64,14 @@ def test_an_unheld_partition_claimed_twice_goes_to_the_senior_claimant_that_pass
         reply_message(senior, 100),
     ]
     strategy.aggregate_train(1, replies)
-    [refused] = strategy.stats[1].refused
+    [refused] = last_round(strategy).refused
     if senior_passes:
         assert refused.startswith("node 102: partition-id 0 belongs to node 100")
         assert strategy.identities.owner_of == {0: 100, 1: 101}
     else:
         assert refused.startswith("node 100: num-examples 1000000000 exceeds")
         assert strategy.identities.owner_of == {0: 102, 1: 101}
-    assert strategy.stats[1].num_clients == 2
+    assert last_round(strategy).num_clients == 2
 
 
 @pytest.mark.usefixtures("task_identity")
@@ -80,11 +87,11 @@ def test_an_impostor_cannot_take_another_nodes_place() -> None:
 
     honest = [reply_message(train_reply(i, 5, update=u), 100 + i) for i, u in enumerate(updates)]
     round_(1, honest)
-    assert strategy.stats[1].num_clients == 3
+    assert last_round(strategy).num_clients == 3
     # Round 2: node 101 replies first, as partition 2; the real partition 2 (node 102) replies.
     impostor = reply_message(train_reply(2, 5, update=updates[1]), 101)
     round_(2, [impostor, honest[0], honest[2]])
-    stats = strategy.stats[2]
+    stats = last_round(strategy)
     assert stats.num_clients == 2
     [refused] = stats.refused
     assert refused.startswith("node 101: partition-id 2") and "this node is partition 1" in refused

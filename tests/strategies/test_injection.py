@@ -1,14 +1,13 @@
-from flwr.app import ConfigRecord
-
 """Data injection: who shares, how much moves each way, and what a bad share gets."""
 
 import numpy as np
 import pytest
+from flwr.app import ConfigRecord
 
 from common.data import DIGITS_SPEC
 from common.settings import ConfigError
 from strategies.relay import InjectionPlan
-from tests.helpers import federation_settings, run_in_process
+from tests.helpers import federation_settings, last_round, run_in_process
 from wire.injection import Samples
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -16,10 +15,10 @@ SAMPLE_BYTES = DIGITS_SPEC.num_features * 4 + 8  # float32 features, int64 label
 PLAN = InjectionPlan(0.5, 0.5, seed=5, num_features=DIGITS_SPEC.num_features, num_classes=10)
 
 
-@pytest.mark.parametrize("strategy", ["dense", "topk"])
-def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str) -> None:
+@pytest.mark.parametrize("collective", ["dense", "allgather"])
+def test_injection_moves_the_configured_share_and_counts_its_bytes(collective: str) -> None:
     settings = federation_settings(
-        strategy=strategy,
+        collective=collective,
         num_clients=4,
         batch_size=16,
         injection_alpha=0.5,
@@ -42,7 +41,7 @@ def test_injection_moves_the_configured_share_and_counts_its_bytes(strategy: str
         assert stats["relayed_samples"] == 2 * 16 + 2 * 8
         payload = stats["relayed_samples"] * SAMPLE_BYTES
         assert payload <= stats["relayed_bytes_down"] < payload + 4 * 400
-    if strategy == "dense":  # the same model bytes every round: the difference is the relay
+    if collective == "dense":  # the same model bytes every round: the difference is the relay
         extra = run_stats[2].bytes_down - run_stats[1].bytes_down
         assert extra == pytest.approx(run_stats[2].injection["relayed_bytes_down"], abs=4 * 8)
 
@@ -110,5 +109,5 @@ def test_only_this_rounds_sharers_may_share() -> None:
     forged = [r for r in replies if r.metadata.src_node_id != 100 + outsider]
     forged.append(reply_message(content, 100 + outsider))
     run.aggregate_train(2, forged)
-    [refused] = run_stats[2].refused
+    [refused] = last_round(run).refused
     assert f"partition {outsider} was not asked to share this round" in refused

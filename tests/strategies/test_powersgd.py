@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from flwr.app import Message, RecordDict
 
-from compress import low_rank
+from compress import SELECTORS, low_rank
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
+from compress.float32 import Float32
 from compress.vectors import load_vector
 from strategies.collectives.base import ClientAction, ClientJob
 from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
@@ -49,8 +50,9 @@ def test_update_is_what_was_sent_plus_the_new_residual() -> None:
         update,
         SimpleNamespace(round=SimpleNamespace(server_round=1)),  # type: ignore[arg-type]
         LAYOUT,
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
+        SELECTORS["topk"],
+        Float32(),
+        np.random.default_rng(0),
         content=instruction,
     )
     sent = PowerSgd.client_train(job).sparse
@@ -83,8 +85,9 @@ def test_a_q_request_of_another_round_is_refused_and_leaves_the_state() -> None:
         np.ones(LAYOUT.size, dtype=np.float32),
         SimpleNamespace(compression=None, round=SimpleNamespace(server_round=2)),  # type: ignore[arg-type]
         LAYOUT,
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
+        SELECTORS["topk"],
+        Float32(),
+        np.random.default_rng(0),
         content=RecordDict(server.round_records(0.5)),
     )
     PowerSgd.client_train(job)

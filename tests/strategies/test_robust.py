@@ -1,10 +1,8 @@
-from flwr.app import ConfigRecord
-
 """Robust aggregation: clipping, trimmed mean and median, against Flower's own strategies."""
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from common.settings import ConfigError, settings_with
@@ -281,7 +279,9 @@ def test_screening_refuses_a_sign_flipped_client_in_a_federation(mode: str) -> N
     overrides = SCREENED_MODES[mode]
     settings = federation_settings(num_clients=5, batch_size=32, robust="clip-screen", **overrides)
     rounds = ClipScreen.MIN_ROUNDS + 3
-    _, strategy, _, stats = run_in_process(settings, rounds=rounds, grid=AttackGrid(settings, "flip"))
+    _, strategy, _, stats = run_in_process(
+        settings, rounds=rounds, grid=AttackGrid(settings, "flip")
+    )
     refused = {r: stats[r].refused for r in range(1, rounds + 1)}
     for server_round in range(1, rounds + 1):
         nodes = {r.split(":")[0].split(" (")[0] for r in refused[server_round]}
@@ -353,10 +353,8 @@ def test_one_scaled_update_and_each_defence(robust: str, worst: float) -> None:
 def test_coordinatewise_defences_need_shared_coordinates() -> None:
     with pytest.raises(ConfigError, match="same coordinates"):
         settings_with(collective="allgather", robust="median")
-    assert (
-        settings_with(collective="allreduce", robust="median").robust == "median"
-    )
-    assert settings_with(collective="allgather", robust="clip").robust == "clip"
+    assert settings_with(collective="allreduce", robust="median").trust.robust == "median"
+    assert settings_with(collective="allgather", robust="clip").trust.robust == "clip"
 
 
 @pytest.mark.parametrize(
@@ -365,7 +363,9 @@ def test_coordinatewise_defences_need_shared_coordinates() -> None:
 )
 def test_defences_run_with_compressed_collectives(collective: str, robust: str, same: bool) -> None:
     common = {"collective": collective, "compression_ratio": 0.05}
-    defended, strategy, _, stats = run_in_process(federation_settings(robust=robust, **common), rounds=3)
+    defended, strategy, _, stats = run_in_process(
+        federation_settings(robust=robust, **common), rounds=3
+    )
     plain, _, _, _ = run_in_process(federation_settings(**common), rounds=3)
     assert stats[3].num_clients == 3 and np.all(np.isfinite(defended))
     # Clipping at 3x the median norm does not bind on these honest clients: bit for bit the

@@ -80,7 +80,10 @@ def test_momentum_zero_is_plain_averaging_bit_for_bit() -> None:
     )
     momentum, _, _, _ = run_in_process(
         federation_settings(
-            collective="allgather", compression_ratio=0.05, server_optimizer="fedavgm", server_momentum=0.0
+            collective="allgather",
+            compression_ratio=0.05,
+            server_optimizer="fedavgm",
+            server_momentum=0.0,
         ),
         rounds=3,
     )

@@ -1,9 +1,8 @@
-from flwr.app import ConfigRecord
-
 """Top-k strategy and ClientApp together, round by round, in process."""
 
 import numpy as np
 import pytest
+from flwr.app import ConfigRecord
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
@@ -18,6 +17,7 @@ from tests.helpers import (
     DIGITS_PROFILE,
     assert_replicas_hold_the_model_before_last,
     federation_settings,
+    last_round,
     run_in_process,
     unit_clock,
 )
@@ -55,18 +55,16 @@ def test_batch_norm_statistics_travel_every_round_and_average_as_dense(mode: str
     model = build_model("mlp-bn", DIGITS_SPEC, seed=5)
     buffers = buffer_positions(model)
     assert buffers.size == 2 * (256 + 128) + 2  # means, variances and two counters
-    dense, _, _, _ = run_in_process(federation_settings(collective="dense", model="mlp-bn"), rounds=1)
+    dense, _, _, _ = run_in_process(
+        federation_settings(collective="dense", model="mlp-bn"), rounds=1
+    )
     topk, strategy, _, stats = run_in_process(
-        federation_settings(
-            model="mlp-bn", compression_ratio=0.002, **MODES[mode]
-        ),
+        federation_settings(model="mlp-bn", compression_ratio=0.002, **MODES[mode]),
         rounds=2,  # the second round runs with the index set of the first (one-phase policies)
     )
     assert not any(stats[r].refused for r in (1, 2))
     first, _, _, _ = run_in_process(
-        federation_settings(
-            model="mlp-bn", compression_ratio=0.002, **MODES[mode]
-        ),
+        federation_settings(model="mlp-bn", compression_ratio=0.002, **MODES[mode]),
         rounds=1,
     )
     np.testing.assert_allclose(first[buffers], dense[buffers], rtol=1e-5, atol=1e-7)
@@ -81,9 +79,7 @@ def test_buffers_take_none_of_the_k_slots_of_the_shared_index_set(mode: str) -> 
     aggregate or the residual estimate picks it: the counters' deltas (1 a step) and the
     statistics' would otherwise crowd weights out at small c."""
     buffers = buffer_positions(build_model("mlp-bn", DIGITS_SPEC, seed=5))
-    settings = federation_settings(
-        model="mlp-bn", compression_ratio=0.002, **MODES[mode]
-    )
+    settings = federation_settings(model="mlp-bn", compression_ratio=0.002, **MODES[mode])
     for rounds in (1, 2):  # round 2 of the one-phase policies uses their own index set
         _, strategy, _, stats = run_in_process(settings, rounds=rounds)
         update = strategy.replicas.last_delta
@@ -94,12 +90,12 @@ def test_buffers_take_none_of_the_k_slots_of_the_shared_index_set(mode: str) -> 
 
 def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     """||TopK(e)||² (the VAR score) and the indices a leader sends are over the weights only."""
-    from types import SimpleNamespace
 
     from flwr.app import RecordDict
 
     from strategies.collectives.allreduce import Allreduce
-    from strategies.collectives.base import ClientAction, ClientJob
+    from strategies.collectives.base import ClientAction
+    from tests.helpers import client_job
     from wire.codec import decode_indices
     from wire.phases import PhaseRequest
 
@@ -108,9 +104,7 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
     update = np.linspace(-1.0, 1.0, size).astype(np.float32)
     update[buffers] = 100.0  # e.g. counters and running variances, far larger than any weight
     state = RecordDict()
-    instruction = SimpleNamespace(compression=SimpleNamespace(ratio=ratio))
-    job = ClientJob(state, update, instruction, None, None, None, buffers)  # type: ignore[arg-type]
-    payload = Allreduce.client_train(job)
+    payload = Allreduce.client_train(client_job(state, update, ratio, whole=buffers))
     weights = np.delete(update, buffers).astype(np.float64)
     k = topk_count(size, ratio)
     assert payload.metrics[TOPK_NORM2] == pytest.approx(float(np.sum(np.sort(weights**2)[-k:])))
@@ -140,9 +134,7 @@ def test_star_leader_rotates_by_round_and_partition() -> None:
 
 
 def test_var_leader_has_the_largest_topk_energy(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = federation_settings(
-        compression_ratio=0.05, collective="allreduce", leader="var"
-    )
+    settings = federation_settings(compression_ratio=0.05, collective="allreduce", leader="var")
     scores: dict[int, float] = {}
     choose = LEADERS["var"]
 
@@ -172,9 +164,7 @@ def test_uplink_bytes_at_one_percent_match_the_encoding() -> None:
     phases = {p["name"]: p for p in stats[2].phases}
     assert phases["values"]["bytes_up"] == pytest.approx(3 * 4 * k, rel=0.10)
     assert phases["indices"]["bytes_up"] == pytest.approx(index_nbytes(k, d), rel=0.10)
-    assert stats[2].round_time_s == pytest.approx(
-        sum(p["duration_s"] for p in phases.values())
-    )
+    assert stats[2].round_time_s == pytest.approx(sum(p["duration_s"] for p in phases.values()))
 
 
 def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
@@ -185,7 +175,7 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
     grid = InProcessGrid(settings)
     arrays = layout.unflatten(model_to_vector(model))
     config = ConfigRecord()
-    payloads = []
+    payloads, rounds = [], {}
     for server_round in (1, 2, 3):
         grid.fail_nodes = {101} if server_round == 2 else set()
         messages = list(strategy.configure_train(server_round, arrays, config, grid))  # type: ignore[arg-type]
@@ -193,20 +183,21 @@ def test_a_node_that_drops_out_gets_the_full_model_when_it_returns() -> None:
         new, _ = strategy.aggregate_train(server_round, grid.send_and_receive(messages))
         assert new is not None
         arrays = new
-        assert strategy.stats[server_round].num_clients == (2 if server_round == 2 else 3)
-    assert strategy.stats[1].failed == [] and strategy.stats[3].failed == []
-    assert strategy.stats[2].failed == ["node 101 (partition 1): no reply before the round timeout"]
-    assert strategy.stats[3].model_payloads == {"delta": 2, "full": 1}
+        rounds[server_round] = last_round(strategy)
+        assert rounds[server_round].num_clients == (2 if server_round == 2 else 3)
+    assert rounds[1].failed == [] and rounds[3].failed == []
+    assert rounds[2].failed == ["node 101 (partition 1): no reply before the round timeout"]
+    assert rounds[3].model_payloads == {"delta": 2, "full": 1}
     assert payloads[0] == {100: "full", 101: "full", 102: "full"}
     assert payloads[1] == {100: "delta", 101: "delta", 102: "delta"}
     assert payloads[2] == {100: "delta", 101: "full", 102: "delta"}
 
 
-@pytest.mark.parametrize("strategy", ["dense", "topk"])
-def test_a_round_goes_to_every_connected_node_once_min_clients_are(strategy: str) -> None:
+@pytest.mark.parametrize("collective", ["dense", "allgather"])
+def test_a_round_goes_to_every_connected_node_once_min_clients_are(collective: str) -> None:
     from tests.helpers import FakeGrid
 
-    settings = federation_settings(strategy=strategy, num_clients=4, min_clients=2)
+    settings = federation_settings(collective=collective, num_clients=4, min_clients=2)
     model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     built = build_strategy(settings, unit_clock({i: DIGITS_PROFILE for i in range(4)}), layout)

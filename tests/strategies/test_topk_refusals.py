@@ -1,12 +1,10 @@
-from flwr.app import ConfigRecord
-
 """Bad replies are refused, the rest renormalised, and the model never moves because of them."""
 
 from collections.abc import Callable, Iterable
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
@@ -15,7 +13,7 @@ from compress.vectors import load_vector
 from server.build import build_strategy
 from strategies.collectives.allreduce.names import PENDING_KEY
 from testing.in_process import InProcessGrid
-from tests.helpers import federation_settings, unit_clock
+from tests.helpers import federation_settings, last_round, unit_clock
 from timing.devices import DeviceProfile
 from wire.codec import decode_indices, raw_array
 from wire.layout import Layout
@@ -126,7 +124,7 @@ def test_allgather_bad_reply_equals_that_client_dropping_out(reason: str) -> Non
     _, got, strategy = _one_round(CorruptingGrid(settings, {101: CORRUPTIONS[reason]}), settings)
     assert got is not None and expected is not None
     np.testing.assert_array_equal(got, expected)
-    stats = strategy.stats[1]  # type: ignore[attr-defined]
+    stats = last_round(strategy)  # type: ignore[attr-defined]
     assert stats.num_clients == 2
     assert len(stats.refused) == 1 and "node 101" in stats.refused[0] and reason in stats.refused[0]
 
@@ -136,7 +134,7 @@ def test_every_reply_bad_keeps_the_old_model() -> None:
     grid = CorruptingGrid(settings, {n: _nan for n in (100, 101, 102)})
     start, got, strategy = _one_round(grid, settings)
     assert got is None  # Strategy.start keeps the previous arrays
-    assert strategy.stats[1].num_clients == 0  # type: ignore[attr-defined]
+    assert last_round(strategy).num_clients == 0  # type: ignore[attr-defined]
 
 
 def test_allreduce_values_phase_refusal_renormalises() -> None:
@@ -154,8 +152,8 @@ def test_allreduce_values_phase_refusal_renormalises() -> None:
     grid.send_and_receive = corrupt_values  # type: ignore[method-assign]
     _, got, strategy = _one_round(grid, settings)
     assert got is not None
-    assert strategy.stats[1].num_clients == 2  # type: ignore[attr-defined]
-    assert "values" in strategy.stats[1].refused[0]  # type: ignore[attr-defined]
+    assert last_round(strategy).num_clients == 2  # type: ignore[attr-defined]
+    assert "values" in last_round(strategy).refused[0]  # type: ignore[attr-defined]
 
 
 def test_allreduce_equals_the_dense_weighted_sum_at_the_shared_indices() -> None:

@@ -5,7 +5,7 @@ import math
 import pytest
 from flwr.app import MetricRecord, RecordDict
 
-from tests.helpers import reply_message, unit_clock
+from tests.helpers import Rounds, reply_message, unit_clock
 from timing.devices import DeviceProfile
 from timing.measured import measured_times
 from timing.timed_grid import RoundTrip, TimedGrid
@@ -108,12 +108,14 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     profile = DeviceProfile("modelled-only", 1.0, 0.0, 1.0, 1.0, 5.0)
     strategy = build_strategy(settings, unit_clock({i: profile for i in range(3)}), layout)
     grid = TimedGrid(InProcessGrid(settings), poll_s=1e-3)  # type: ignore[arg-type]
+    rounds = Rounds()
     strategy.start(
         grid=grid,
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=4,
+        after_round=rounds,
     )
-    stats = [strategy.stats[r] for r in (1, 2, 3, 4)]
+    stats = [rounds[r] for r in (1, 2, 3, 4)]
     assert [s.time_source for s in stats] == ["measured"] * 4
     assert [s.collective for s in stats[:2]] == ["allreduce", "allgather"]  # the probes
     for s in stats:

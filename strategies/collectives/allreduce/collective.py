@@ -79,7 +79,15 @@ from strategies.collectives.program import (
     phase_replies,
     screen,
 )
-from timing.cost import MESSAGE_OVERHEAD_BYTES, LinkLike, artopk_ring, artopk_tree, star_phase_s
+from timing.cost import (
+    MESSAGE_OVERHEAD_BYTES,
+    RING,
+    TREE,
+    LinkLike,
+    artopk_ring,
+    artopk_tree,
+    star_phase_s,
+)
 from wire.codec import (
     PayloadError,
     Sparse,
@@ -106,7 +114,7 @@ class Allreduce(Collective):
         INDICES_ACTION: client.indices,
         VALUES_ACTION: client.values,
     }
-    peer_costs = {"ring": artopk_ring, "tree": artopk_tree}
+    peer_costs = {RING: artopk_ring, TREE: artopk_tree}
 
     @staticmethod
     def client_train(job: ClientJob) -> ClientPayload:
