@@ -40,7 +40,7 @@ from strategies.replicas import Replicas
 from strategies.round_state import Policies, RoundState
 from strategies.sampling import ClientSampler
 from strategies.step import apply_step
-from wire.codec import Sparse, topk_count
+from wire.codec import topk_count
 from wire.keys import CONFIG_KEY, NUM_EXAMPLES, TRAIN, TRAIN_LOSS
 from wire.layout import Layout
 from wire.train_instruction import RoundConfig
@@ -343,7 +343,7 @@ class EdgeStrategy(FedAvg):
         if state.collective.compressed:
             self.replicas.advance(
                 sent_to=state.bytes_down,
-                applied=applied if isinstance(applied, Sparse) else None,
+                applied=applied,
                 held=[p.node_id for p in aggregate.participants],
                 compact=aggregate.compact,
             )

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 import numpy as np
 from numpy.typing import NDArray
 
-from strategies.collectives.base import CompactUpdate
+from strategies.collectives.base import CompactUpdate, DenseUpdate, Update
 from wire.codec import Sparse, index_nbytes
 from wire.keys import CURRENT, DELTA, FULL, PATCH
 from wire.train_instruction import ReplicaPayload, Vector
@@ -98,18 +98,23 @@ class Replicas:
     def advance(
         self,
         sent_to: Iterable[int],
-        applied: Sparse | None,
+        applied: Update | None,
         held: Iterable[int],
         compact: CompactUpdate | None = None,
     ) -> None:
         """After a round: ``applied`` (if any) is the new version's delta, which travels as
         ``compact`` when that decodes to it bit for bit (a server optimizer's step or a
         statistics policy may have changed it); the nodes in ``held`` trained on the version
-        they were sent; every other node is unknown."""
+        they were sent; every other node is unknown. A step that is no ``Sparse`` (outside
+        the replica contract: strategies/collectives/base.py) makes a version no delta or
+        patch reaches: every replica gets the full model next."""
         sent_version = self.version
         for node in sent_to:
             self._holds.pop(node, None)
-        if applied is not None:
+        if isinstance(applied, DenseUpdate):
+            self.version += 1
+            self.last_delta, self.last_compact, self._changed_in = None, None, None
+        elif applied is not None:
             self.last_delta = applied
             self.last_compact = None
             if compact is not None and _same(compact.to_sparse(), applied):

@@ -82,6 +82,16 @@ def allgather_topk(n: int, model_bytes: float, ratio: float, link: Link) -> floa
     return link.alpha_s * math.log2(n) + 2 * model_bytes * ratio * link.beta_s_per_byte * (n - 1)
 
 
+def dense_ring(n: int, model_bytes: float, ratio: float, link: Link) -> float:
+    """A dense update over a ring: the ring allreduce of the model (c is not read)."""
+    return ring_allreduce(n, model_bytes, link)
+
+
+def dense_tree(n: int, model_bytes: float, ratio: float, link: Link) -> float:
+    """A dense update over a tree: the tree allreduce of the model (c is not read)."""
+    return tree_allreduce(n, model_bytes, link)
+
+
 def artopk_ring(n: int, model_bytes: float, ratio: float, link: Link) -> float:
     """AR-Top-k over a ring: α·[2(N−1) + logN] + M·c·β·[2(N−1)/N + logN]."""
     _check(n, model_bytes)

@@ -15,6 +15,7 @@ from flwr.app import Array, ArrayRecord
 from numpy.typing import NDArray
 
 from wire.codec import load_numpy
+from wire.keys import ARRAYS_KEY
 
 
 class HasStateDict(Protocol):
@@ -65,6 +66,18 @@ class Layout:
             arr = load_numpy(record[name], name, "float32", shapes)
             parts.append(arr.astype(np.float32, copy=False).reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def update_of(self, record: ArrayRecord | None) -> NDArray[np.float32]:
+        """A client's dense update in this layout, checked: every array, float32, finite."""
+        if record is None:
+            raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")
+        for name, array in record.items():
+            if array.dtype != "float32":
+                raise ValueError(f"array {name!r} has dtype {array.dtype}, expected float32")
+        update = self.flatten(record)
+        if not np.all(np.isfinite(update)):
+            raise ValueError("update contains NaN or infinite values")
+        return update
 
     def unflatten(self, vector: NDArray[np.float32]) -> ArrayRecord:
         if vector.shape != (self.size,):

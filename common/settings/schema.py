@@ -39,21 +39,13 @@ class Run(Section):
 
     num_clients: int = Field(ge=1, description="number of clients (SuperNodes) in the run")
     num_server_rounds: int = Field(ge=1, description="synchronous training rounds")
-    virtual_time_budget_s: float = Field(
-        ge=0, description="stop after the first round ending at or past this virtual time (0: off)"
-    )
+    virtual_time_budget_s: float = Field(ge=0, description="stop at this virtual time (0: off)")
     seed: int = Field(ge=0, description="seed for data split, partitions, model init, batches")
-    min_clients: int = Field(
-        ge=0, description="fewest connected clients a round starts with (0: all num-clients)"
-    )
-    clients_per_round: int = Field(
-        ge=0, description="partitions sampled to train each round, seeded (0: every client)"
-    )
+    min_clients: int = Field(ge=0, description="fewest clients a round starts with (0: all)")
+    clients_per_round: int = Field(ge=0, description="clients sampled a round, seeded (0: all)")
     round_timeout_s: float = Field(gt=0, description="seconds to wait for replies in a round")
     results_dir: str = Field(description='where records go; "": results/<timestamp>-<collective>')
-    checkpoint_every: int = Field(
-        ge=0, description="checkpoint every this many rounds and after the last (0: never)"
-    )
+    checkpoint_every: int = Field(ge=0, description="checkpoint every N rounds, the last (0: no)")
     resume_from: str = Field(description='continue the run checkpointed in this directory ("": no)')
 
     @model_validator(mode="after")
@@ -76,14 +68,10 @@ class Data(Section):
     )
     synthetic_alpha: float = Field(ge=0, description="synthetic: FedProx's α, model-mean spread")
     synthetic_beta: float = Field(ge=0, description="synthetic: how much clients' data differ (β)")
-    synthetic_test_clients: int = Field(
-        ge=0, description="synthetic: test on the held-out samples of this many clients (0: all)"
-    )
+    synthetic_test_clients: int = Field(ge=0, description="synthetic: test on N clients' (0: all)")
     mnist1d_samples: int = Field(ge=100, description="mnist1d: samples generated (80 % train)")
     test_fraction: float = Field(gt=0, lt=1, description="share held out for server evaluation")
-    validation_fraction: float = Field(
-        ge=0, lt=1, description="share of the training data kept as the server's validation split"
-    )
+    validation_fraction: float = Field(ge=0, lt=1, description="training data the server keeps")
     partitioner: str = Field(description="how training data is split over clients")
     dirichlet_alpha: float = Field(gt=0, description="concentration of the dirichlet partitioner")
     labels_per_client: int = Field(ge=1, description="labels per client, labels partitioner")
@@ -117,9 +105,7 @@ class Training(Section):
     server_beta2: float = Field(ge=0, lt=1, description="adaptive optimizers: second-moment decay")
     server_tau: float = Field(gt=0, description="adaptive optimizers: τ, added to √(second moment)")
     batch_norm_statistics: str = Field(description="where global batch-norm statistics come from")
-    batch_norm_diagnosis: bool = Field(
-        description="record test accuracy with batch-norm statistics recomputed on validation"
-    )
+    batch_norm_diagnosis: bool = Field(description="record accuracy at recomputed statistics")
 
 
 class Compression(Section):
@@ -131,12 +117,8 @@ class Compression(Section):
     qsgd_levels: int = Field(ge=1, description="qsgd: s, levels per sign (2s + 1 in all)")
     qsgd_bucket: int = Field(ge=0, description="qsgd: values per norm (0: one norm a message)")
     compression_ratio: float = Field(gt=0, le=1, description="c, the share of entries sent")
-    error_feedback_clip: float = Field(
-        ge=0, description="scale e = update + residual to at most this x ||update|| (0: off)"
-    )
-    whole_vectors: bool = Field(
-        description="send every array of at most one dimension whole, as the buffers are"
-    )
+    error_feedback_clip: float = Field(ge=0, description="||e|| <= this x ||update|| (0: off)")
+    whole_vectors: bool = Field(description="send the 1-D arrays whole, as the buffers are")
 
 
 class Collective(Section):
@@ -147,7 +129,7 @@ class Collective(Section):
     leader: str = Field(description="allreduce: who picks the shared indices")
     index_policy: str = Field(description="allreduce: where a shared Top-k index set comes from")
     index_hints: float = Field(
-        ge=0, le=1, description="allreduce residual-hints: residual indices reported, share of k"
+        ge=0, le=1, description="residual-hints: indices a client reports, x k"
     )
     powersgd_rank: int = Field(ge=0, description="powersgd: factors' rank (0: from the ratio)")
     aggregation_weights: str = Field(description="weights of client updates in the aggregate")
@@ -164,17 +146,15 @@ class Ratio(Section):
     cr_generations: int = Field(ge=1, description="nsga2: generations")
     cr_selection: str = Field(description="nsga2: how a point is chosen from the front")
     cr_weight_time: float = Field(gt=0, lt=1, description="nsga2 asf: weight on time")
-    cr_progress_exponent: float = Field(
-        ge=0, description="nsga2 progress: β, rounds to a target as gain^−β"
-    )
+    cr_progress_exponent: float = Field(ge=0, description="nsga2 progress: β, rounds as gain^−β")
     cr_ratio_ramp: float = Field(
-        ge=0, description="nsga2: largest factor c may rise by a round (0: no limit; else >= 1)"
+        ge=0, description="nsga2: most c grows by in a round, x (0: no cap)"
     )
     adaptive_delta: float = Field(
-        ge=0, le=1, description="ScaDLES: compress when most residual shares are <= δ (0: off)"
+        ge=0, le=1, description="ScaDLES: compress if most residual shares <= δ (0: off)"
     )
     sparsity_warmup_rounds: int = Field(
-        ge=0, description="the first N rounds send c^(t/(N+1)) of the chosen c (DGC's warm-up)"
+        ge=0, description="DGC's warm-up: round t <= N sends c^(t/(N+1))"
     )
 
     @model_validator(mode="after")
@@ -220,7 +200,7 @@ class Timing(Section):
     server_downlink_mbps: float = Field(ge=0, description="star: its downlink (0: unlimited)")
     server_latency_ms: float = Field(ge=0, description="star: latency added to every transfer")
     timing: Literal["modelled", "measured"] = Field(
-        description="modelled: the virtual clock; measured: clients' and server's own times"
+        description="modelled (virtual clock) or measured (deployment)"
     )
 
 

@@ -4,8 +4,6 @@ phase; no error feedback, no replicas: the model goes out in full every round.""
 
 from __future__ import annotations
 
-import numpy as np
-
 from strategies.collectives.base import (
     Aggregate,
     ClientJob,
@@ -18,14 +16,7 @@ from strategies.collectives.base import (
     Vector,
 )
 from strategies.collectives.program import Program, combine
-from timing.cost import (
-    MESSAGE_OVERHEAD_BYTES,
-    RING,
-    TREE,
-    ring_allreduce,
-    star_phase_s,
-    tree_allreduce,
-)
+from timing.cost import MESSAGE_OVERHEAD_BYTES, RING, TREE, dense_ring, dense_tree, star_phase_s
 from wire.keys import ARRAYS_KEY
 from wire.train_reply import TrainReply
 
@@ -34,10 +25,7 @@ class Dense(Collective):
     name = "dense"
     compressed = False
     aligned = True  # the whole update
-    peer_costs = {
-        RING: lambda n, m, c, link: ring_allreduce(n, m, link),
-        TREE: lambda n, m, c, link: tree_allreduce(n, m, link),
-    }
+    peer_costs = {RING: dense_ring, TREE: dense_tree}
 
     @staticmethod
     def client_train(job: ClientJob) -> ClientPayload:
@@ -47,15 +35,7 @@ class Dense(Collective):
         return frozenset({ARRAYS_KEY})
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Vector:
-        if reply.update is None:
-            raise ValueError(f"missing ArrayRecord {ARRAYS_KEY!r}")
-        for name, array in reply.update.items():
-            if array.dtype != "float32":
-                raise ValueError(f"array {name!r} has dtype {array.dtype}, expected float32")
-        update = plan.layout.flatten(reply.update)
-        if not np.all(np.isfinite(update)):
-            raise ValueError("update contains NaN or infinite values")
-        return update
+        return plan.layout.update_of(reply.update)
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         defended = yield from combine(participants, None)

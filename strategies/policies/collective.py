@@ -9,15 +9,24 @@ the collectives table), and the previous choice while nothing can be predicted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from common.settings import Settings
 from strategies.collectives import COLLECTIVES
 from strategies.policies.round_times import RoundTimes
 
 AUTO = "auto"
-# collective = a collective of the table, or auto: chosen per round among compressed ones
-COLLECTIVE_CHOICES = (*COLLECTIVES, AUTO)
+
+
+class CollectiveChoices:
+    """What ``collective`` takes: a collective of the table as it is now (one registered later
+    too), or auto, which chooses per round among the compressed ones."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*COLLECTIVES, AUTO))
+
+
+COLLECTIVE_CHOICES = CollectiveChoices()
 
 
 def auto_candidates(settings: Settings) -> tuple[str, ...]:

@@ -39,18 +39,18 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     clock = unit_clock({i: DEVICE for i in range(3)}, schedule)
     strategy = build_strategy(settings, clock, layout)
     rounds = 120
-    rounds = Rounds()
+    seen = Rounds()
     strategy.start(
         grid=InProcessGrid(settings),  # type: ignore[arg-type]
         initial_arrays=layout.unflatten(model_to_vector(model)),
         num_rounds=rounds,
-        after_round=rounds,
+        after_round=seen,
     )
     k, d = topk_count(layout.size, 0.01), layout.size
     agree, flips = 0, 0
     previous = None
     for r in range(3, rounds + 1):
-        stats = rounds[r]
+        stats = seen[r]
         true_links = list(schedule.profiles(r, {i: DEVICE for i in range(3)}).values())
         compute = [16 / DEVICE.train_flops_per_s] * 3
         union = min(d, 3 * k)
