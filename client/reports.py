@@ -24,7 +24,7 @@ ADAPTIVE_SMOOTHING = 0.3  # EWMA weight of the newest residual share
 
 
 @dataclass(frozen=True)
-class Weights:
+class ReportInput:
     """What every report is computed from: e over the weights (buffers left out), and the
     factor that turns a ratio of the whole model into one of the weights alone."""
 
@@ -42,7 +42,7 @@ def smoothed_residual_share(state: RecordDict, share: float) -> float:
     return min(1.0, max(0.0, share))
 
 
-def gain_grid(weights: Weights, parameter: Parameter) -> Report:
+def gain_grid(weights: ReportInput, parameter: Parameter) -> Report:
     # A round at ratio c sends ceil(c x size) weights beside the buffers: over the weights
     # alone that is the ratio c x size / weights.
     grid: tuple[float, ...] = DEFAULT_GAIN_GRID
@@ -51,14 +51,14 @@ def gain_grid(weights: Weights, parameter: Parameter) -> Report:
     return gain_curve(weights.compensated, grid)
 
 
-def residual_share(weights: Weights, parameter: Parameter) -> Report:
+def residual_share(weights: ReportInput, parameter: Parameter) -> Report:
     """``parameter``: the ratio c whose residual share, 1 − gain(c), to report."""
     kept = gain_curve(weights.compensated, [float(parameter) * weights.scale])[0]
     return smoothed_residual_share(weights.state, 1.0 - kept)
 
 
 # report kind (wire/reports.py) -> how this client computes it
-CLIENT_REPORTS: dict[str, Callable[[Weights, Parameter], Report]] = {
+CLIENT_REPORTS: dict[str, Callable[[ReportInput, Parameter], Report]] = {
     GAIN_GRID: gain_grid,
     RESIDUAL_SHARE: residual_share,
 }
@@ -76,7 +76,7 @@ def reports(
     if whole.size:
         compensated = np.delete(compensated, whole)
         scale = update.size / max(1, compensated.size)
-    weights = Weights(state, compensated, scale)
+    weights = ReportInput(state, compensated, scale)
     return {
         name: CLIENT_REPORTS[name](weights, parameter)
         for name, parameter in compression.reports.items()

@@ -14,7 +14,7 @@ name = "dense"
 presets = ["configs/dsgd.toml"]   # optional, applied in order
 baseline = "dense"                # optional: this run's own baseline (e.g. per network)
 [runs.config]                     # optional, applied last
-strategy = "dense"
+collective = "dense"
 ```
 
 Every run's configuration is resolved and validated (with each seed) before anything starts.
