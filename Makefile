@@ -48,9 +48,13 @@ run: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/python -m commands.compare $(NAME) --jobs $(JOBS)
 
+# Everything: the tests that start no process of their own on both cores, then the slow ones
+# (SuperLinks, agents, brokers with ports of their own) one at a time. Exit 5 is pytest's "no
+# test selected" (PYTEST_ARGS='-k name' may leave one half empty).
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(JOBS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Everything but the slow tests (those that start processes: SuperLink, SuperNodes, agents,
 # mosquitto, nginx, Ray; or take over 5 s), on both cores: under two minutes on 2 cores.
