@@ -39,8 +39,8 @@ from benchmarks.round_overhead import per_round_wall_s
 from commands.run_config import format_overrides, parse_overrides, resolve_settings
 from common.flower_patches import set_task_identity
 from common.settings import PROJECT_ROOT
-from compress.state_store import AUTO, STATE_STORES
 from server.records import read_rounds
+from state.store import AUTO, STATE_STORES
 from testing.in_process import InProcessGrid, run_server_app
 
 _GRID = tomllib.loads((PROJECT_ROOT / "configs" / "measure" / "bench-scale.toml").read_text())

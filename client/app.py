@@ -27,7 +27,7 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS
-from compress.state_store import use_store
+from state.store import use_store
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
 from strategies.collectives.dense import Dense

@@ -11,12 +11,15 @@ from pathlib import Path
 from flwr.app import RecordDict
 
 from client.fleet import Keys, new_keys
-from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
+from client.state import read_state, write_state
+from state.archive import StateError
+from state.files import atomic_write
 
 log = logging.getLogger("edgeflex.agent")
 
 KEY_FILE, NODE_ID_FILE = "node.key", "node-id"  # in --state-dir: who this device is
-STATE_SUFFIX = ".state"  # in --state-dir: <run id>.state, a run's context.state
+STATE_SUFFIX = ".npz"  # in --state-dir: <run id>.npz, a run's context.state (client/state.py)
+KIND = "device-state"
 
 
 @dataclass
@@ -41,7 +44,7 @@ class DeviceState:
                 serialization.PrivateFormat.PKCS8,
                 serialization.NoEncryption(),
             )
-            write_whole(path, pem)
+            atomic_write(path, pem)
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(private, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{path}: not an elliptic-curve private key")
@@ -53,7 +56,7 @@ class DeviceState:
 
     def note_node_id(self, node_id: int) -> None:
         if self.directory is not None:
-            write_whole(self.directory / NODE_ID_FILE, str(node_id).encode())
+            atomic_write(self.directory / NODE_ID_FILE, str(node_id).encode())
 
     def load(self, run_id: int) -> RecordDict:
         """The run's state as the last reply left it; empty for a new run, or (logged) when
@@ -62,8 +65,8 @@ class DeviceState:
         if path is None or not path.exists():
             return RecordDict()
         try:
-            state = state_from_bytes(path.read_bytes())
-        except ValueError as exc:
+            state = read_state(path, KIND)
+        except StateError as exc:
             log.error("%s is not a state (%s): run %d starts from an empty one", path, exc, run_id)
             return RecordDict()
         log.info("run %d: %d records of state from %s", run_id, len(state), path)
@@ -72,7 +75,7 @@ class DeviceState:
     def save(self, run_id: int, state: RecordDict) -> None:
         if self.directory is not None:
             path = self.directory / f"{run_id}{STATE_SUFFIX}"
-            write_whole(path, state_to_bytes(state))
+            write_state(path, KIND, state)
 
     def forget_runs_but(self, run_id: int) -> None:
         """A device runs one run at a time: the states of the others go."""

@@ -11,7 +11,7 @@ from flwr.app import Array, ArrayRecord, Context
 
 from common.data import ArrayData, client_partition
 from common.settings import Settings
-from compress.state_store import node_directory, run_directory
+from state.store import node_directory, run_directory
 from wire.keys import NODE_NUM_PARTITIONS, NODE_PARTITION_ID, NODE_STREAM_RATE, SAMPLES_X, SAMPLES_Y
 
 LOCAL_DATA_KEY = "local-data"

@@ -12,7 +12,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from compress.base import Vector
 from compress.low_rank import Factored
-from compress.vectors import load_vector, store_vector
+from state.vectors import load_vector, store_vector
 from wire.keys import FULL, MODEL_VERSION
 from wire.train_instruction import ReplicaPayload
 

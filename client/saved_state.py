@@ -4,9 +4,9 @@ clock, adaptive share, ...) to a file per partition, and a resumed run asks each
 read its partition's back, so the resumed rounds are the rounds the run would have had.
 
 Only where clients and server share a file system (Flower's simulation, the in-process
-federation); a device keeps its own state in its agent's ``--state-dir``. The files are
-Flower's protobuf of a RecordDict: data, never code. The node's cached partition data
-(``LOCAL_DATA_KEY``) is made again, not saved.
+federation); a device keeps its own state in its agent's ``--state-dir``. The files are state
+files of kind ``client-state`` (client/state.py: every entry declared and checked; data, never
+code). The node's cached partition data (``LOCAL_DATA_KEY``) is made again, not saved.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 from flwr.app import Context, Message
 
 from client.node import LOCAL_DATA_KEY, node_identity, store_directory
-from client.state_bytes import state_from_bytes, state_to_bytes, write_whole
+from client.state import read_state, write_state
 from common.settings import Settings
-from compress.state_store import STORE_KEY, is_stored, use_store
-from compress.vectors import vectors_in_memory, vectors_into_store
+from state.store import use_store
+from state.vectors import vectors_in_memory, vectors_into_store
 from wire.keys import CLIENT_STATE_DIR
 from wire.queries import StateRequest, state_reply
 
@@ -28,8 +28,11 @@ ROUND_DIR = re.compile(r"round-\d+")
 MAX_STATE_BYTES = 1 << 33  # 8 GiB: far more than any state of ours; a file larger is not one
 
 
+KIND = "client-state"
+
+
 def state_file(directory: Path, partition_id: int) -> Path:
-    return directory / f"partition-{partition_id}.state"
+    return directory / f"partition-{partition_id}.npz"
 
 
 def _directory(request: StateRequest, *allowed: str) -> Path:
@@ -56,7 +59,7 @@ def save_state(msg: Message, context: Context) -> Message:
     if LOCAL_DATA_KEY in kept:
         del kept[LOCAL_DATA_KEY]
     directory.mkdir(parents=True, exist_ok=True)
-    write_whole(state_file(directory, partition_id), state_to_bytes(kept))
+    write_state(state_file(directory, partition_id), KIND, kept)
     return Message(content=state_reply(partition_id, restored=False), reply_to=msg)
 
 
@@ -71,10 +74,7 @@ def restore_state(msg: Message, context: Context) -> Message:
     if restored:
         if path.stat().st_size > MAX_STATE_BYTES:
             raise ValueError(f"{path} holds {path.stat().st_size} bytes: not a state")
-        saved = state_from_bytes(path.read_bytes())
-        named = [key for key, record in saved.items() if key == STORE_KEY or is_stored(record)]
-        if named:  # a saved state holds its vectors; it never points at files
-            raise ValueError(f"{path} names stored files ({', '.join(named)}), not vectors")
+        saved = read_state(path, KIND)  # its vectors themselves: it never points at files
         for key in list(context.state):
             del context.state[key]
         for key, record in saved.items():

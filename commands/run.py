@@ -41,7 +41,7 @@ from commands.processes import stop_tree
 from commands.progress import RunOutput
 from commands.run_config import describe_model, format_overrides, parse_overrides, resolve_settings
 from common.settings import PROJECT_ROOT, ConfigError, Settings
-from compress.state_store import store_root, sweep_abandoned
+from state.store import store_root, sweep_abandoned
 
 CONNECTION = "edgeflex-local"
 FLOWER_LOG = "flower.log"  # what `flwr run --stream` printed: Flower's and the ServerApp's lines

@@ -7,7 +7,7 @@ update after the compression).
 
 so a lossy encoding's error (quantisation, a sign's magnitude) is fed back like the entries
 left out: ``update = sent + new residual - old residual`` for every selector and encoding. The
-residual is kept with the node's other vectors (compress/vectors.py).
+residual is kept with the node's other vectors (state/vectors.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from flwr.app import RecordDict
 
 from compress.base import Encoded, Encoding, Indices, Vector
-from compress.vectors import load_vector, store_vector
+from state.vectors import load_vector, store_vector
 
 RESIDUAL_KEY = "ef-residual"
 

@@ -14,8 +14,15 @@ from flwr.superlink.grid import InMemoryGrid
 
 from common.flower_patches import shorten_grid_pull, tune_simulation_process
 from common.settings import Settings
-from compress.state_store import (
+from server.build import build_run
+from server.checkpoint import Checkpoint, checkpoint_path, read_checkpoint, write_checkpoint
+from server.client_states import keep_only, restore_client_states, save_client_states
+from server.evaluation import BatchNormDiagnosis, evaluate
+from server.packed_grid import PackedGrid
+from server.records import RunRecorder, default_results_dir, progress_line
+from state.store import (
     DISK,
+    RunDirectory,
     client_state_estimate,
     make_run_directory,
     run_directory,
@@ -25,12 +32,6 @@ from compress.state_store import (
     usable_memory_bytes,
     uses_disk,
 )
-from server.build import build_run
-from server.checkpoint import Checkpoint, checkpoint_path, read_checkpoint, write_checkpoint
-from server.client_states import keep_only, restore_client_states, save_client_states
-from server.evaluation import BatchNormDiagnosis, evaluate
-from server.packed_grid import PackedGrid
-from server.records import RunRecorder, default_results_dir, progress_line
 from strategies.ledger import RoundStats
 from strategies.policies.collective import compressed
 from timing.timed_grid import DEFAULT_POLL_S, SIMULATION_POLL_S, TimedGrid
@@ -77,9 +78,9 @@ def resolve_results_dir(settings: Settings) -> Path:
 
 def _state_store(
     settings: Settings, run_id: int, parameters: int, shares_files: bool
-) -> Path | None:
+) -> RunDirectory | None:
     """The run's state store directory, made when its clients keep their vectors on disk
-    (compress/state_store.py; only where they share this file system)."""
+    (state/store.py; only where they share this file system)."""
     if not shares_files:
         if settings.deployment.state_store == DISK:
             log(WARNING, "edgeflex: state-store = disk is for simulation; devices keep theirs")
@@ -91,14 +92,13 @@ def _state_store(
         # to use a store); making the run's directory sweeps them too
         sweep_abandoned(store_root(settings.deployment.state_store_dir))
         return None
-    store = run_directory(settings.deployment.state_store_dir, run_id)
-    make_run_directory(store)
-    free = shutil.disk_usage(store).free
+    store = make_run_directory(run_directory(settings.deployment.state_store_dir, run_id))
+    free = shutil.disk_usage(store.path).free
     log(
         INFO,
         "edgeflex: clients keep their vectors in %s (state-store = %s; up to %.1f GB, memory "
         "%.1f GB, free disk %.1f GB)",
-        store,
+        store.path,
         settings.deployment.state_store,
         estimate / 1e9,
         memory / 1e9,
@@ -109,12 +109,13 @@ def _state_store(
     return store
 
 
-def _remove_store(store: Path) -> None:
+def _remove_store(store: RunDirectory) -> None:
     """Say what the clients kept in the store (none: they could not see it), then remove it."""
-    clients, stored = stored_clients(store)
+    clients, stored = stored_clients(store.path)
     level = INFO if clients else WARNING
     log(level, "edgeflex: the state store held %d clients' vectors, %.1f MB", clients, stored / 1e6)
-    shutil.rmtree(store, ignore_errors=True)
+    shutil.rmtree(store.path, ignore_errors=True)
+    store.release()
 
 
 @app.main()
@@ -162,8 +163,6 @@ def main(grid: Grid, context: Context) -> None:
         checkpoint = read_checkpoint(
             Path(settings.run.resume_from), settings.to_run_config(), fresh=strategy
         )
-        checkpoint.strategy.take_resumable(fresh=strategy)
-        strategy = checkpoint.strategy
         resumed = checkpoint_path(Path(settings.run.resume_from)).parent, checkpoint.server_round
         initial = layout.unflatten(checkpoint.model)
         recorder.resume(checkpoint.rows, checkpoint.initial_accuracy, checkpoint.initial_loss)

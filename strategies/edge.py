@@ -23,6 +23,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from compress.base import Encoding, Selector
+from state.archive import StateError
+from state.fields import Fields
 from strategies.acceptance import TrainingReplies
 from strategies.bounds import Bounds
 from strategies.collectives.base import Aggregate, Collective, RoundPlan, Vector
@@ -168,17 +170,47 @@ class EdgeStrategy(FedAvg):
                 break
         return result
 
-    def __getstate__(self) -> dict[str, object]:
-        """What a checkpoint keeps: everything but the round in flight (it holds the grid)."""
-        state = self.__dict__.copy()
-        state["current"] = None
-        return state
+    STATE_SCHEMA = 1
 
-    def take_resumable(self, fresh: EdgeStrategy) -> None:
-        """After a resume: what a resumed run may change (server/checkpoint.py's
-        RESUMABLE_KEYS) comes from this run's settings, as ``fresh`` was built from them:
-        the round timeout and the bounds derived from it."""
-        self.round_timeout_s, self.bounds = fresh.round_timeout_s, fresh.bounds
+    def state_dict(self) -> dict[str, object]:
+        """What the run learnt and holds between rounds, part by part (what the settings
+        decide is built from them again): the replicas, who holds which partition, the
+        virtual clock, the link estimates, the guard's history, every policy's state, each
+        collective's, and the samples the relay holds."""
+        return {
+            "schema": self.STATE_SCHEMA,
+            "replicas": self.replicas.state_dict(),
+            "identities": self.identities.state_dict(),
+            "clock": self.ledger.clock.state_dict(),
+            "times": self.times.state_dict(),
+            "guard": self.guard.state_dict(),
+            "policies": self.policies.state_dict(),
+            "collectives": {name: c.state_dict() for name, c in self.collectives.items()},
+            "relay": None if self.relay is None else self.relay.state_dict(),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        """``state_dict``'s, onto this strategy built from the same settings; StateError
+        naming the part and the field that do not fit."""
+        fields = Fields("strategy", state, self.STATE_SCHEMA)
+        size = self.layout.size
+        self.replicas.load_state_dict(fields.raw("replicas"), size)
+        self.identities.load_state_dict(fields.raw("identities"))
+        self.ledger.clock.load_state_dict(fields.raw("clock"))
+        self.times.load_state_dict(fields.raw("times"))
+        self.guard.load_state_dict(fields.raw("guard"))
+        self.policies.load_state_dict(fields.raw("policies"), size)
+        collectives = fields.raw("collectives")
+        if not isinstance(collectives, dict) or set(collectives) != set(self.collectives):
+            raise StateError(f"strategy: collectives are not {', '.join(self.collectives)}")
+        for name, collective in self.collectives.items():
+            collective.load_state_dict(collectives[name])
+        relay = fields.raw("relay")
+        if (relay is None) != (self.relay is None):
+            raise StateError("strategy: a relay's state where the settings make none, or none")
+        if self.relay is not None:
+            self.relay.load_state_dict(relay)
+        fields.done()
 
     def take_over(self, node: int, partition: int, kept: bool, connected: set[int]) -> None:
         """After a restart: ``node`` holds ``partition`` now, with the state its old node had

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from state.archive import StateError
+from state.fields import Fields
 from strategies.collectives.base import DenseUpdate, Update, Vector
 
 
@@ -27,6 +29,19 @@ class UpdateGuard:
 
     def __post_init__(self) -> None:
         self.norms = deque(self.norms, maxlen=self.window)
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "norms": list(self.norms)}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("update guard", state, self.STATE_SCHEMA)
+        norms = fields.numbers("norms")
+        if len(norms) > self.window or any(n < 0 for n in norms):
+            raise StateError(f"update guard: norms holds {len(norms)} of at most {self.window}")
+        self.norms = deque(norms, maxlen=self.window)
+        fields.done()
 
     def refuse_update(self, update: Update) -> str | None:
         """Why ``update`` must not be applied, or None."""

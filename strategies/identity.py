@@ -15,12 +15,36 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from state.archive import StateError
+from state.fields import Fields, int_keys
+from wire.fields import is_integer
+
 
 class Identities:
     def __init__(self) -> None:
         self.partition_of: dict[int, int] = {}  # node id -> partition id
         self.owner_of: dict[int, int] = {}  # partition id -> node id
         self.first_seen: dict[int, int] = {}  # node id -> the round it was first seen connected
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "schema": self.STATE_SCHEMA,
+            "partition_of": int_keys(self.partition_of),
+            "owner_of": int_keys(self.owner_of),
+            "first_seen": int_keys(self.first_seen),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("identities", state, self.STATE_SCHEMA)
+        self.partition_of = fields.int_map("partition_of", _whole)
+        self.owner_of = fields.int_map("owner_of", _whole)
+        self.first_seen = fields.int_map("first_seen", _whole)
+        fields.done()
+        bound = {(n, p) for n, p in self.partition_of.items()}
+        if bound != {(n, p) for p, n in self.owner_of.items()}:
+            raise StateError("identities: partition_of and owner_of do not agree")
 
     def saw(self, connected: Iterable[int], server_round: int) -> None:
         for node in connected:
@@ -46,3 +70,9 @@ class Identities:
             self.partition_of.pop(previous, None)  # the old node is gone
         self.owner_of[partition] = node
         self.partition_of[node] = partition
+
+
+def _whole(value: object) -> int:
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"{value!r} is not a node id, partition or round")
+    return value

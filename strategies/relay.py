@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
+from state.archive import StateError
+from state.fields import Fields
+from wire.fields import is_integer
 from wire.injection import Samples, with_samples
 from wire.keys import INJECT_KEY, SAMPLES_Y
 from wire.nbytes import content_nbytes
@@ -70,6 +73,37 @@ class Relay:
     _pool: list[tuple[int, Samples]] = field(default_factory=list)  # (source partition, samples)
     stats: dict[str, Any] | None = None  # this round's counts, for the record
     relayed_to: dict[int, int] = field(default_factory=dict)  # node -> samples this round
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """The samples shared in the last round, for the next one's instructions."""
+        return {
+            "schema": self.STATE_SCHEMA,
+            "pool": [[source, s.x, s.y] for source, s in self._pool],
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("relay", state, self.STATE_SCHEMA)
+        pool = fields.raw("pool")
+        fields.done()
+        if not isinstance(pool, list):
+            raise StateError("relay: pool is not a list")
+        self._pool = [self._shared(entry) for entry in pool]
+
+    def _shared(self, entry: Any) -> tuple[int, Samples]:
+        """One pooled share read back: [source partition, x, y] of this data set's samples."""
+        plan = self.plan
+        if not (isinstance(entry, list) and len(entry) == 3 and is_integer(entry[0])):
+            raise StateError("relay: a pool entry is not [partition, x, y]")
+        source, x, y = entry
+        arrays = isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
+        if not arrays or x.dtype != np.float32 or y.dtype != np.int64:
+            raise StateError("relay: a pool entry's samples are not float32 x and int64 y")
+        shaped = x.ndim == 2 and x.shape[1] == plan.num_features and y.shape == (x.shape[0],)
+        if not shaped or not np.all(np.isfinite(x)) or np.any((y < 0) | (y >= plan.num_classes)):
+            raise StateError("relay: pooled samples that are not this data set's")
+        return source, Samples(x.copy(), y.copy())
 
     def attach(self, messages: list[Message], partition_of: dict[int, int]) -> list[Message]:
         """Each message gets last round's shared samples from the others (then the pool empties)."""

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable
+from typing import Any
 
 import numpy as np
+from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
+from compress.low_rank import Factored
+from state.archive import StateError
+from state.fields import Fields, int_keys
 from strategies.collectives.base import CompactUpdate, DenseUpdate, Update
-from wire.codec import Sparse, index_nbytes
+from wire.codec import Sparse, index_nbytes, raw_array, read_raw
+from wire.fields import is_integer
 from wire.keys import CURRENT, DELTA, FULL, PATCH
 from wire.train_instruction import ReplicaPayload, Vector
 
@@ -81,6 +87,35 @@ class Replicas:
         patch = Sparse(indices=indices, values=values, size=int(model.size))
         return ReplicaPayload(PATCH, self.version, patch=patch, base=base)
 
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """Versions, who holds which, the last delta (and its compact form, as the clients
+        read it), and where each coordinate last changed."""
+        delta, compact = self.last_delta, self.last_compact
+        return {
+            "schema": self.STATE_SCHEMA,
+            "version": self.version,
+            "holds": int_keys(self._holds),
+            "delta_indices": None if delta is None else delta.indices,
+            "delta_values": None if delta is None else delta.values,
+            "compact": None if compact is None else _raw_arrays(compact.to_record()),
+            "changed_in": self._changed_in,
+        }
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        """``size``: the model's length, which every vector here has."""
+        fields = Fields("replicas", state, self.STATE_SCHEMA)
+        self.version = fields.integer("version", least=0)
+        self._holds = fields.int_map("holds", lambda v: _version(v, self.version))
+        indices = fields.optional_array("delta_indices", "int64")
+        values = fields.optional_array("delta_values", "float32")
+        self.last_delta = _sparse(indices, values, size)
+        compact = fields.raw("compact")
+        self.last_compact = None if compact is None else _compact(compact, size)
+        self._changed_in = fields.optional_array("changed_in", "int64", (size,))
+        fields.done()
+
     @staticmethod
     def counts(payloads: dict[int, ReplicaPayload]) -> dict[str, int]:
         """Nodes per payload kind, for the record."""
@@ -133,3 +168,42 @@ def _same(a: Sparse, b: Sparse) -> bool:
         and np.array_equal(a.indices, b.indices)
         and np.array_equal(a.values.view(np.uint32), b.values.view(np.uint32))
     )
+
+
+def _version(value: object, current: int) -> int:
+    if not is_integer(value) or not 0 <= value <= current:
+        raise ValueError(f"{value!r} is not a version up to {current}")
+    return value
+
+
+def _sparse(
+    indices: NDArray[np.int64] | None, values: NDArray[np.float32] | None, size: int
+) -> Sparse | None:
+    """The last delta, checked: both arrays or neither, ascending indices in the model, one
+    finite value each."""
+    if indices is None or values is None:
+        if indices is not None or values is not None:
+            raise StateError("replicas: delta_indices and delta_values come together")
+        return None
+    in_range = not indices.size or (indices[0] >= 0 and indices[-1] < size)
+    if not in_range or np.any(np.diff(indices) <= 0) or values.shape != indices.shape:
+        raise StateError(f"replicas: the delta is not ascending indices in 0..{size - 1}")
+    if not np.all(np.isfinite(values)):
+        raise StateError("replicas: the delta's values are not finite")
+    return Sparse(indices, values, size)
+
+
+def _raw_arrays(record: ArrayRecord) -> dict[str, NDArray[Any]]:
+    """A compact update's record (raw 1-D arrays, wire/codec.py) as arrays."""
+    return {name: read_raw(record, name, array.dtype) for name, array in record.items()}
+
+
+def _compact(state: object, size: int) -> CompactUpdate:
+    """A compact delta as the clients read it (client/replica.py): PowerSGD's factors."""
+    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise StateError("replicas: compact is not a mapping of arrays")
+    record = ArrayRecord({name: raw_array(array) for name, array in state.items()})
+    try:
+        return Factored.from_record(record, size)
+    except ValueError as exc:
+        raise StateError(f"replicas: compact: {exc}") from None

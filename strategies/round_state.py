@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from flwr.serverapp import Grid
 
+from state.fields import Fields
 from strategies.collectives.base import AggregationWeights, Collective, RoundPlan, Vector
 from strategies.collectives.defence import Defence
 from strategies.ledger import RoundStats
@@ -28,6 +29,30 @@ class Policies:
     defence: Defence
     server_optimizer: ServerOptimizer
     statistics: StatisticsPolicy
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """Each policy's own (the weights are a function of the round: none)."""
+        return {
+            "schema": self.STATE_SCHEMA,
+            "ratio": self.ratio.state_dict(),
+            "collective": self.collective.state_dict(),
+            "learning_rates": self.learning_rates.state_dict(),
+            "defence": self.defence.state_dict(),
+            "server_optimizer": self.server_optimizer.state_dict(),
+            "statistics": self.statistics.state_dict(),
+        }
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        fields = Fields("policies", state, self.STATE_SCHEMA)
+        self.ratio.load_state_dict(fields.raw("ratio"))
+        self.collective.load_state_dict(fields.raw("collective"))
+        self.learning_rates.load_state_dict(fields.raw("learning_rates"))
+        self.defence.load_state_dict(fields.raw("defence"))
+        self.server_optimizer.load_state_dict(fields.raw("server_optimizer"), size)
+        self.statistics.load_state_dict(fields.raw("statistics"))
+        fields.done()
 
 
 @dataclass

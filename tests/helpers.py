@@ -138,7 +138,7 @@ def assert_replicas_hold_the_model_before_last(strategy: Any, grid: Any, final: 
     import numpy as np
 
     from client.replica import REPLICA_KEY
-    from compress.vectors import load_vector
+    from state.vectors import load_vector
 
     delta = strategy.replicas.last_delta
     assert delta is not None

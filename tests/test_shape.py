@@ -15,7 +15,17 @@ import pytest
 
 from common.settings import PROJECT_ROOT, TABLES
 
-PRODUCT = ("common", "wire", "compress", "timing", "strategies", "server", "client", "commands")
+PRODUCT = (
+    "common",
+    "wire",
+    "compress",
+    "state",
+    "timing",
+    "strategies",
+    "server",
+    "client",
+    "commands",
+)
 TOOLS = ("benchmarks", "testing")  # measurement tools, and what tests and benchmarks share
 PACKAGES = (*PRODUCT, *TOOLS)
 # Server-side code and libraries a ClientApp never needs: Flower starts one ClientApp process
@@ -104,6 +114,7 @@ def test_no_package_imports_another_in_a_circle() -> None:
     assert cycles == [], f"package import cycles through {cycles}"
     # The layers, bottom up: the wire owns nothing of ours; a device needs no server package.
     assert graph["wire"] == set()
+    assert graph["state"] == {"wire"}
     assert graph["compress"] == {"wire"}
     assert not {"server", "timing", "commands"} & graph["client"]
 

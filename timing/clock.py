@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from state.fields import Fields
 from timing.devices import MBPS, DeviceProfile
 from timing.network import NetworkSchedule
 from wire.tally import ClientWork
@@ -119,6 +120,17 @@ class VirtualClock:
         self.flops_per_sample = flops_per_sample
         self.server = server
         self.now_s = 0.0
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """The virtual time so far (each round's links come from the schedule, by round)."""
+        return {"schema": self.STATE_SCHEMA, "now_s": self.now_s}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("virtual clock", state, self.STATE_SCHEMA)
+        self.now_s = fields.number("now_s", least=0.0)
+        fields.done()
 
     def begin_round(self, server_round: int) -> None:
         """Apply the network schedule's links for ``server_round``."""

@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from state.fields import Fields, int_keys
 
 UP, DOWN = "up", "down"
 
@@ -75,6 +78,73 @@ class LinkEstimator:
 
     def estimate(self, client: int) -> LinkEstimate | None:
         return self._estimates.get(client)
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """Each client's recent observations (direction, bytes, seconds), its fit and its run
+        of surprises."""
+        return {
+            "schema": self.STATE_SCHEMA,
+            "observations": int_keys(
+                {
+                    c: [[o.direction, o.nbytes, o.seconds] for o in h]
+                    for c, h in self._observations.items()
+                }
+            ),
+            "estimates": int_keys(
+                {
+                    c: [e.latency_s, e.uplink_bytes_per_s, e.downlink_bytes_per_s]
+                    for c, e in self._estimates.items()
+                }
+            ),
+            "surprises": int_keys(self._surprises),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("link estimator", state, self.STATE_SCHEMA)
+
+        def history(rows: object) -> deque[_Observation]:
+            if not isinstance(rows, list) or len(rows) > self.window:
+                raise ValueError(f"not a list of at most {self.window} observations")
+            return deque((_observation(row) for row in rows), maxlen=self.window)
+
+        self._observations = fields.int_map("observations", history)
+        self._estimates = fields.int_map("estimates", _estimate)
+        self._surprises = fields.int_map("surprises", _count)
+        fields.done()
+
+
+def _observation(row: Any) -> _Observation:
+    ok = isinstance(row, list) and len(row) == 3 and row[0] in (UP, DOWN)
+    if not ok or not _positive_int(row[1]) or not _positive(row[2]):
+        raise ValueError(f"{row!r} is not [direction, bytes > 0, seconds > 0]")
+    return _Observation(row[0], row[1], float(row[2]))
+
+
+def _estimate(row: Any) -> LinkEstimate:
+    ok = isinstance(row, list) and len(row) == 3
+    if not ok or not _finite(row[0]) or row[0] < 0 or not all(_positive(v) for v in row[1:]):
+        raise ValueError(f"{row!r} is not [latency >= 0, uplink > 0, downlink > 0]")
+    return LinkEstimate(float(row[0]), float(row[1]), float(row[2]))
+
+
+def _count(value: Any) -> int:
+    if not _positive_int(value) and value != 0:
+        raise ValueError(f"{value!r} is not a count")
+    return int(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: Any) -> bool:
+    return _finite(value) and value > 0
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _predict(estimate: LinkEstimate, observation: _Observation) -> float:

@@ -89,6 +89,28 @@ _NPY_HEADERS = {
 }
 
 
+def read_npy(data: bytes, name: str) -> NDArray[np.generic]:
+    """The ``.npy`` array ``data`` holds, checked before anything is allocated: a header NumPy
+    writes, no Python objects, and exactly the data bytes the header claims (a header may claim
+    any shape, and NumPy would allocate it before reading). ``PayloadError`` names ``name`` and
+    what is wrong. A read-only view of ``data``. The one reader of ``.npy`` bytes: a message's
+    arrays (``load_numpy``) and the arrays of a state file (``state/archive.py``)."""
+    stream = BytesIO(data)
+    try:
+        header = _NPY_HEADERS[np.lib.format.read_magic(stream)](stream)
+    except Exception:  # anything unreadable: not a .npy array this codec accepts
+        raise PayloadError(f"array {name!r} has no readable .npy header") from None
+    shape, fortran_order, dtype = header
+    if dtype.hasobject:
+        raise PayloadError(f"array {name!r} holds Python objects")
+    claimed = math.prod(shape) * dtype.itemsize
+    held = len(data) - stream.tell()
+    if claimed != held:
+        raise PayloadError(f"array {name!r} carries {held} data bytes, expected {claimed}")
+    values = np.frombuffer(data, dtype=dtype, offset=stream.tell())
+    return values.reshape(shape, order="F" if fortran_order else "C")
+
+
 def load_numpy(
     array: Array, name: str, dtype: str, shapes: tuple[tuple[int, ...], ...] | None = None
 ) -> NDArray[np.generic]:
@@ -103,24 +125,15 @@ def load_numpy(
     if shapes is not None and shape not in shapes:
         allowed = " or ".join(str(s) for s in shapes)
         raise PayloadError(f"array {name!r} has shape {clip(shape)}, expected {allowed}")
-    stream = BytesIO(array.data)
-    try:
-        header = _NPY_HEADERS[np.lib.format.read_magic(stream)](stream)
-    except Exception:  # anything unreadable: not a .npy array this codec accepts
-        raise PayloadError(f"array {name!r} has no readable .npy header") from None
-    header_shape, fortran_order, header_dtype = header
-    if tuple(header_shape) != shape or header_dtype != np.dtype(dtype) or fortran_order:
+    values = read_npy(array.data, name)
+    if values.shape != shape or values.dtype != np.dtype(dtype) or values.ndim > 1 and not (
+        values.flags.c_contiguous
+    ):
         raise PayloadError(
-            f"array {name!r}: its header says {header_dtype} {short(tuple(header_shape))}, "
+            f"array {name!r}: its header says {values.dtype} {short(values.shape)}, "
             f"its metadata {dtype} {short(shape)}"
         )
-    expected = math.prod(shape) * np.dtype(dtype).itemsize
-    if len(array.data) - stream.tell() != expected:
-        raise PayloadError(
-            f"array {name!r} carries {len(array.data) - stream.tell()} data bytes, expected "
-            f"{expected}"
-        )
-    return np.frombuffer(array.data, dtype=header_dtype, offset=stream.tell()).reshape(shape)
+    return values
 
 
 def encode_indices(indices: NDArray[np.int64], size: int) -> tuple[str, Array]:

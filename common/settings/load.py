@@ -35,7 +35,7 @@ TABLES = {
     "encoding": "compress:ENCODINGS",
     "topology": "timing.cost:TOPOLOGIES",
     "cr_schedule": "strategies.policies.ratio:CR_SCHEDULES",
-    "cr_selection": "strategies.policies.nsga2:SELECTIONS",
+    "cr_selection": "strategies.policies.pareto:SELECTIONS",
     "buffer_policy": "client.buffer:BUFFER_POLICIES",
     "batch_policy": "client.buffer:BATCH_POLICIES",
     "aggregation_weights": "strategies.policies.weights:WEIGHTS",
@@ -45,7 +45,7 @@ TABLES = {
     "robust": "strategies.policies.robust:DEFENCES",
     "server_optimizer": "strategies.policies.server_optimizer:SERVER_OPTIMIZERS",
     "batch_norm_statistics": "strategies.policies.statistics:STATISTICS",
-    "state_store": "compress.state_store:STATE_STORES",
+    "state_store": "state.store:STATE_STORES",
 }
 REFERENCES = frozenset({"model"})  # keys that also take "package.module:attribute"
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -21,6 +21,7 @@ from common.settings import Settings
 from compress import SELECTORS
 from compress.base import sent_count
 from compress.error_feedback import send_at
+from state.fields import Fields
 from strategies.collectives.base import (
     NOTHING,
     OWN_TOPK_GAIN,
@@ -68,6 +69,14 @@ class Allgather(Collective):
         self.indices_travel = indices_travel  # else the server draws them
         # the last compressed round's union of index sets / (N·k): what the next delta carries
         self.union_fraction = 1.0
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "union_fraction": self.union_fraction}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields(f"collective {self.name}", state, self.STATE_SCHEMA)
+        self.union_fraction = fields.number("union_fraction", least=0.0)
+        fields.done()
 
     def decode(self, reply: TrainReply, plan: RoundPlan) -> Sparse:
         record = required_sparse(reply.sparse)

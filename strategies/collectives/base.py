@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from common.settings import Settings
 from compress.base import Encoding, SelectionSeed, Selector
 from compress.error_feedback import compensate
+from state.fields import Fields
 from timing.cost import STAR, Link, LinkLike, PeerCost, peer_cost, slowest_link
 from wire.codec import Sparse, topk_count
 from wire.keys import SPARSE_KEY
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 Vector = NDArray[np.float32]
 Indices = NDArray[np.int64]
 NOTHING = np.zeros(0, dtype=np.int64)
+# Kinds of entry a client keeps in its context.state (client/state.py reads them back checked)
+VECTOR_ENTRY, ARRAYS, CONFIG = "vector", "arrays", "config"
 
 
 # --- client half -----------------------------------------------------------------------------
@@ -245,6 +248,18 @@ class Collective(ABC):
     aligned: ClassVar[bool] = False  # every client's values of a round at the same coordinates
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {}  # types "train.<action>"
     peer_costs: ClassVar[Mapping[str, PeerCost]] = {}  # its exchange on a ring or tree
+    # what its client half keeps in context.state between phases: key -> kind (VECTOR_ENTRY...)
+    client_state: ClassVar[Mapping[str, str]] = {}
+
+    STATE_SCHEMA: ClassVar[int] = 1
+
+    def state_dict(self) -> dict[str, object]:
+        """What the server half learnt over rounds (none, by default)."""
+        return {"schema": self.STATE_SCHEMA}
+
+    def load_state_dict(self, state: object) -> None:
+        """``state_dict``'s, checked; StateError naming the collective and the field."""
+        Fields(f"collective {self.name}", state, self.STATE_SCHEMA).done()
 
     @classmethod
     def check(cls, settings: Settings) -> list[str]:

@@ -27,6 +27,10 @@ class Defence(Protocol):
 
     def sparse_values(self, values: Sequence[Vector]) -> Sequence[Vector]: ...
 
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: object) -> None: ...
+
 
 def defend(
     request: Screen | Combine, plan: RoundPlan, defence: Defence, screened_phases: set[str | None]

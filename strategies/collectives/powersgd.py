@@ -37,8 +37,12 @@ from compress.error_feedback import ErrorFeedback
 from compress.float32 import Float32
 from compress.low_rank import Factored, FactorShape, Matrix
 from compress.topk import TopK
-from compress.vectors import drop_vector, load_vector, store_vector
+from state.archive import StateError
+from state.fields import Fields
+from state.vectors import drop_vector, load_vector, store_vector
 from strategies.collectives.base import (
+    ARRAYS,
+    VECTOR_ENTRY,
     ActionHandler,
     Aggregate,
     ClientAction,
@@ -184,6 +188,7 @@ class PowerSgd(Collective):
     aligned: ClassVar[bool] = True  # the same P̂ and Q
     client_actions: ClassVar[Mapping[str, ActionHandler]] = {Q_ACTION: _second}
     ALLREDUCES = {RING: ring_allreduce, TREE: tree_allreduce}
+    client_state = {PENDING_KEY: VECTOR_ENTRY, SHAPE_KEY: ARRAYS}
 
     @classmethod
     def check(cls, settings: Settings) -> list[str]:
@@ -230,6 +235,26 @@ class PowerSgd(Collective):
         self.rank = rank  # 0: from the round's compression ratio
         self.factored_deltas = factored_deltas  # what the prediction assumes the replicas get
         self.last_q: list[Matrix | None] = [None] * len(self.matrices)  # aggregated, per block
+
+    def state_dict(self) -> dict[str, object]:
+        """The last aggregated Q of each matrix (the next round's warm start), or null."""
+        return {"schema": self.STATE_SCHEMA, "last_q": list(self.last_q)}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields(f"collective {self.name}", state, self.STATE_SCHEMA)
+        last_q = fields.raw("last_q")
+        fields.done()
+        if not isinstance(last_q, list) or len(last_q) != len(self.matrices):
+            raise StateError(f"collective {self.name}: last_q is not one entry a matrix")
+        for block, q in zip(self.matrices, last_q, strict=True):
+            fits = isinstance(q, np.ndarray) and q.dtype == np.float32 and q.ndim == 2
+            if q is not None and not (
+                fits and q.shape[0] == block.cols and q.shape[1] <= min(block.rows, block.cols)
+            ):
+                raise StateError(
+                    f"collective {self.name}: a Q that fits no {block.rows}x{block.cols}"
+                )
+        self.last_q = [None if q is None else q.copy() for q in last_q]
 
     def shape(self, ratio: float) -> FactorShape:
         ranks = [

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from common.settings import Settings
+from state.archive import StateError
+from state.fields import Fields, Stateless
 from strategies.collectives import COLLECTIVES
 from strategies.policies.round_times import RoundTimes
 
@@ -63,7 +65,7 @@ def check(settings: Settings) -> list[str]:
     ]
 
 
-class FixedCollective:
+class FixedCollective(Stateless):
     def __init__(self, name: str) -> None:
         self.name = name
         self.predicted: dict[str, float] | None = None
@@ -80,6 +82,19 @@ class AutoCollective:
         self.candidates = tuple(candidates)
         self.current = self.candidates[0]
         self.predicted: dict[str, float] | None = None  # this round's, by collective
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "current": self.current}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("auto", state, self.STATE_SCHEMA)
+        current = fields.text("current")
+        fields.done()
+        if current not in self.candidates:
+            raise StateError(f"auto: current {current!r} is none of {', '.join(self.candidates)}")
+        self.current = current
 
     def choose(self, server_round: int, ratio: float, preferred: str | None) -> str:
         self.predicted = None

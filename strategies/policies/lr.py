@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from state.archive import StateError
+from state.fields import Fields
+from wire.fields import is_integer
+
 
 @dataclass(frozen=True)
 class LastRound:
@@ -49,6 +53,30 @@ class LearningRates:
     policy: str
     scale_max: float = 0.0
     last: LastRound | None = None
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        last = self.last
+        return {
+            "schema": self.STATE_SCHEMA,
+            "last": None
+            if last is None
+            else [last.global_batch, last.batch_size, last.num_clients],
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("learning rates", state, self.STATE_SCHEMA)
+        last = fields.raw("last")
+        fields.done()
+        if last is None:
+            self.last = None
+            return
+        if not (
+            isinstance(last, list) and len(last) == 3 and all(is_integer(v) and v > 0 for v in last)
+        ):
+            raise StateError(f"learning rates: last {last!r} is not three positive integers")
+        self.last = LastRound(*last)
 
     def for_round(self, base: float) -> float:
         return learning_rate(self.policy, base, self.last, self.scale_max)

@@ -16,6 +16,7 @@ import numpy as np
 
 from common.settings import Settings
 from compress.topk import TopK
+from state.fields import Fields, Stateless
 from strategies.collectives import COLLECTIVES
 from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.collective import compressed, run_collectives
@@ -47,8 +48,12 @@ class RatioPolicy(Protocol):
         """Fields of the round's record, of those its class names in ``record_fields``."""
         ...
 
+    def state_dict(self) -> dict[str, object]: ...
 
-class FixedRatio:
+    def load_state_dict(self, state: object) -> None: ...
+
+
+class FixedRatio(Stateless):
     preferred_collective: str | None = None
     record_fields: ClassVar[tuple[str, ...]] = ()
 
@@ -107,6 +112,12 @@ class Nsga2Ratio:
     def preferred_collective(self) -> str | None:
         return self.schedule.collective
 
+    def state_dict(self) -> dict[str, object]:
+        return self.schedule.state_dict()
+
+    def load_state_dict(self, state: object) -> None:
+        self.schedule.load_state_dict(state)
+
     def choose(self, server_round: int, times: RoundTimes) -> float:
         return self.schedule.ratio_for(
             server_round, times.predict, times.slowest_compute_s(), times.links()
@@ -145,6 +156,16 @@ class AdaptiveRatio:
         self.ratio, self.delta = ratio, delta
         self.compress_next = False  # the first round is dense: nothing reported yet
         self.vote: dict[str, Any] | None = None
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "compress_next": self.compress_next}
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("adaptive", state, self.STATE_SCHEMA)
+        self.compress_next = fields.flag("compress_next")
+        fields.done()
 
     @classmethod
     def from_settings(cls, settings: Settings, collectives: tuple[str, ...]) -> AdaptiveRatio:
@@ -209,6 +230,12 @@ class SparsityWarmUp:
 
     def record(self) -> dict[str, Any]:
         return self.inner.record()
+
+    def state_dict(self) -> dict[str, object]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: object) -> None:
+        self.inner.load_state_dict(state)
 
 
 class RatioPolicyClass(Protocol):

@@ -22,16 +22,19 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from numpy.typing import NDArray
 
 from common.settings import Settings
+from state.archive import StateError
+from state.fields import Fields, Stateless, int_keys
 from strategies.collectives import ALIGNED, COLLECTIVES
 from strategies.collectives.maths import weighted_average
 from strategies.policies.collective import run_collectives
+from wire.fields import is_number
 
 Vector = np.ndarray
 Indices = NDArray[np.int64]
@@ -89,7 +92,7 @@ def cosines_with_the_rest(
     return cosines
 
 
-class NoDefence:
+class NoDefence(Stateless):
     name: ClassVar[str] = "none"
     coordinatewise: ClassVar[bool] = False
     screens: ClassVar[bool] = False  # refuses some updates (``screen``) before combining
@@ -177,6 +180,32 @@ class ClipScreen(Clip):
         self.buffers = np.zeros(0, dtype=np.int64) if buffers is None else buffers
         self.cosines: dict[int, deque[float]] = {}  # partition -> its last cosines with the rest
         self._distrusted: set[int] = set()
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "schema": self.STATE_SCHEMA,
+            "cosines": int_keys({p: list(c) for p, c in self.cosines.items()}),
+            "distrusted": sorted(self._distrusted),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("clip-screen", state, self.STATE_SCHEMA)
+
+        def window(values: Any) -> deque[float]:
+            ok = isinstance(values, list) and len(values) <= self.WINDOW
+            cosine = lambda v: is_number(v) and math.isfinite(v) and abs(v) <= 1 + 1e-6  # noqa: E731
+            if not ok or not all(cosine(v) for v in values):
+                raise ValueError(f"not at most {self.WINDOW} cosines")
+            return deque(values, maxlen=self.WINDOW)
+
+        self.cosines = fields.int_map("cosines", window)
+        distrusted = fields.integers("distrusted")
+        fields.done()
+        if any(p not in self.cosines for p in distrusted):
+            raise StateError("clip-screen: a distrusted partition it has no cosines of")
+        self._distrusted = set(distrusted)
 
     def screen(
         self,

@@ -8,12 +8,15 @@ from them (``Collective.star_round_s``, ``peer_exchange_s``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
+from state.fields import Fields, int_keys
 from strategies.collectives.base import Collective, Outlook
 from strategies.collectives.program import Phase
 from timing.clock import PhaseTiming
 from timing.link_estimator import DOWN, UP, LinkEstimate, LinkEstimator
+from wire.fields import is_number
 
 TRAIN_PHASE = "train"
 
@@ -68,6 +71,21 @@ class RoundTimes:
                 if phase.name == TRAIN_PHASE:
                     self.compute_s[work.client] = t.compute_s
 
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "schema": self.STATE_SCHEMA,
+            "estimator": self.estimator.state_dict(),
+            "compute_s": int_keys(self.compute_s),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields("round times", state, self.STATE_SCHEMA)
+        self.estimator.load_state_dict(fields.raw("estimator"))
+        self.compute_s = fields.int_map("compute_s", _seconds)
+        fields.done()
+
     def estimated_links(self) -> dict[str, list[float]]:
         """Per client: [latency ms, uplink Mbit/s, downlink Mbit/s] as estimated now."""
         out = {}
@@ -80,3 +98,9 @@ class RoundTimes:
                     round(e.downlink_bytes_per_s * 8e-6, 4),
                 ]
         return out
+
+
+def _seconds(value: object) -> float:
+    if not is_number(value) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{value!r} is not a number of seconds")
+    return float(value)

@@ -20,6 +20,8 @@ from typing import ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from state.archive import StateError
+from state.fields import Fields, Stateless
 from strategies.collectives.base import DenseUpdate, Indices, Update
 from wire.codec import Sparse
 
@@ -40,6 +42,12 @@ class ServerOptimizer(Protocol):
 
     def step(self, delta: Update) -> Update:
         """What to add to the global model, given this round's aggregate ``delta``."""
+        ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        """``size``: the model's length, the moments' too."""
         ...
 
 
@@ -66,6 +74,12 @@ class AsAggregated:
     def __init__(self, settings: ServerStepSettings, plain: Indices) -> None:
         self.learning_rate, self.plain = settings.learning_rate, plain
 
+    def state_dict(self) -> dict[str, object]:
+        return Stateless().state_dict()
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        Fields(self.name, state, Stateless.STATE_SCHEMA).done()
+
     def step(self, delta: Update) -> Update:
         if self.learning_rate == 1.0:
             return delta
@@ -87,6 +101,16 @@ class Momentum:
         self.plain = plain
         self.velocity: Moments | None = None
 
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "velocity": self.velocity}
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        fields = Fields(self.name, state, self.STATE_SCHEMA)
+        self.velocity = fields.optional_array("velocity", "float64", (size,))
+        fields.done()
+
     def step(self, delta: Update) -> Update:
         d = _dense(delta)
         self.velocity = d if self.velocity is None else self.momentum * self.velocity + d
@@ -105,6 +129,27 @@ class Adam:
         self.rounds = 0
         self.first: Moments | None = None
         self.second: Moments | None = None
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "schema": self.STATE_SCHEMA,
+            "rounds": self.rounds,
+            "first": self.first,
+            "second": self.second,
+        }
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        fields = Fields(self.name, state, self.STATE_SCHEMA)
+        self.rounds = fields.integer("rounds", least=0)
+        self.first = fields.optional_array("first", "float64", (size,))
+        self.second = fields.optional_array("second", "float64", (size,))
+        fields.done()
+        if (self.first is None) != (self.rounds == 0) or (self.second is None) != (
+            self.rounds == 0
+        ):
+            raise StateError(f"{self.name}: moments and rounds ({self.rounds}) disagree")
 
     def _second(self, second: Moments, squared: Moments) -> Moments:
         beta2 = self.settings.beta2

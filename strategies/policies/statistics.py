@@ -18,6 +18,7 @@ from torch import nn
 from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import ArrayData
 from common.settings import Settings
+from state.fields import Stateless
 from strategies.collectives.base import DenseUpdate, Update, Vector
 from wire.codec import Sparse
 
@@ -30,15 +31,19 @@ class StatisticsPolicy(Protocol):
         as this policy sets them."""
         ...
 
+    def state_dict(self) -> dict[str, object]: ...
 
-class Averaged:
+    def load_state_dict(self, state: object) -> None: ...
+
+
+class Averaged(Stateless):
     name: ClassVar[str] = "averaged"
 
     def settle(self, model: Vector, step: Update) -> Update:
         return step
 
 
-class Recomputed:
+class Recomputed(Stateless):
     name: ClassVar[str] = "recomputed"
 
     def __init__(self, model: nn.Module, validation: ArrayData | None) -> None:

@@ -9,13 +9,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.run import Run
 
 from client.agent import main, serve
 from client.device_state import KEY_FILE, STATE_SUFFIX, DeviceState
 from client.node_loop import APP_ID, Node, check_app, installed_version
 from common.wake_ups import node_topic, run_topic
+from state.vectors import load_vector
+from wire.codec import raw_array
 
 
 def _run(fab_id: str, fab_version: str) -> Run:
@@ -80,13 +82,13 @@ def test_a_device_keeps_its_key_node_id_and_state_across_restarts(tmp_path: Path
     assert DeviceState(tmp_path).last_node_id() == 1234
     state = RecordDict(
         {
-            "replica": ArrayRecord({"values": Array(np.arange(3, dtype=np.float32))}),
+            "replica": ArrayRecord({"vector": raw_array(np.arange(3, dtype=np.float32))}),
             "replica-meta": ConfigRecord({"model-version": 7}),
         }
     )
     device.save(5, state)
     back = DeviceState(tmp_path).load(5)
-    np.testing.assert_array_equal(back["replica"]["values"].numpy(), np.arange(3))
+    np.testing.assert_array_equal(load_vector(back, "replica"), np.arange(3))  # type: ignore[arg-type]
     assert back["replica-meta"]["model-version"] == 7
     assert len(DeviceState(tmp_path).load(6)) == 0  # another run starts empty
     # Without a directory nothing is kept, and the connection makes a key per start.
@@ -191,8 +193,8 @@ def test_a_run_of_another_app_is_answered_with_an_error_and_asked_about_once() -
 
 
 def test_a_state_file_that_is_not_a_state_is_set_aside_for_an_empty_one(tmp_path: Path) -> None:
-    (tmp_path / f"3{STATE_SUFFIX}").write_bytes(b"\xff\xff not a protobuf")
+    (tmp_path / f"3{STATE_SUFFIX}").write_bytes(b"\xff\xff not a state file")
     assert len(DeviceState(tmp_path).load(3)) == 0
-    DeviceState(tmp_path).save(4, RecordDict({"c": ConfigRecord({"x": 1})}))
+    DeviceState(tmp_path).save(4, RecordDict({"stream": ConfigRecord({"clock-s": 1.0})}))
     DeviceState(tmp_path).forget_runs_but(4)  # a new run: the old run's state goes
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"4{STATE_SUFFIX}"]

@@ -8,11 +8,12 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from client.node import LOCAL_DATA_KEY
-from client.saved_state import restore_state, save_state, state_file
-from client.state_bytes import state_from_bytes, state_to_bytes
+from client.saved_state import KIND, restore_state, save_state, state_file
+from client.state import read_state
 from common.settings import settings_with
-from compress.state_store import is_stored, store_of, use_store
-from compress.vectors import load_vector, store_vector
+from state.archive import StateError, write_archive
+from state.store import is_stored, store_of, use_store
+from state.vectors import load_vector, store_vector
 from wire.keys import RESTORE_STATE, SAVE_STATE
 from wire.queries import StateRequest, parse_state_reply
 
@@ -38,7 +39,7 @@ def _ask(kind: str, directory: Path) -> Message:
 
 def test_a_saved_state_comes_back_whole_and_replaces_what_was_there(tmp_path: Path) -> None:
     before = _context(tmp_path)
-    before.state["ef-residual"] = ArrayRecord({"v": Array(np.arange(4, dtype=np.float32))})
+    store_vector(before.state, "ef-residual", np.arange(4, dtype=np.float32))
     before.state["stream"] = ConfigRecord({"clock-s": 1.5})
     before.state[LOCAL_DATA_KEY] = ArrayRecord({"x": Array(np.zeros(3, dtype=np.float32))})
     directory = tmp_path / "client-state" / "round-2"
@@ -51,7 +52,7 @@ def test_a_saved_state_comes_back_whole_and_replaces_what_was_there(tmp_path: Pa
     reply = restore_state(_ask(RESTORE_STATE, directory), after)
     assert parse_state_reply(reply.content, 3) == (2, True)
     assert set(after.state) == {"ef-residual", "stream"}  # the cached data is made again
-    np.testing.assert_array_equal(after.state["ef-residual"]["v"].numpy(), np.arange(4))
+    np.testing.assert_array_equal(load_vector(after.state, "ef-residual"), np.arange(4))  # type: ignore[arg-type]
 
 
 def test_no_saved_state_is_said_and_nothing_changes(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_a_saved_state_holds_the_stores_vectors_and_one_naming_files_is_refused(
     store_vector(before.state, "ef-residual", np.arange(5, dtype=np.float32))
     directory = tmp_path / "client-state" / "round-2"
     save_state(_ask(SAVE_STATE, directory), before)
-    saved = state_from_bytes(state_file(directory, 2).read_bytes())
+    saved = read_state(state_file(directory, 2), KIND)
     assert set(saved) == {"ef-residual"} and isinstance(saved["ef-residual"], ArrayRecord)
 
     # Restored in a run with a state store, the vector goes straight to the node's files.
@@ -101,10 +102,14 @@ def test_a_saved_state_holds_the_stores_vectors_and_one_naming_files_is_refused(
     assert is_stored(after.state["ef-residual"])
     np.testing.assert_array_equal(load_vector(after.state, "ef-residual"), np.arange(5))  # type: ignore[arg-type]
 
-    # A state file that points at files (a store's records) is not a saved state.
-    pointing = _context(tmp_path)
-    use_store(pointing.state, store)
-    store_vector(pointing.state, "ef-residual", np.arange(5, dtype=np.float32))
-    state_file(directory, 2).write_bytes(state_to_bytes(pointing.state))
-    with pytest.raises(ValueError, match=r"names stored files \(state-store, ef-residual\)"):
+    # A state file that points at files (a store's records) is not a saved state: its entries
+    # are not the kinds a client keeps.
+    entries = {"state-store": {"kind": "config", "values": {"directory": str(store)}}}
+    pointing = {"state": {"schema": 1, "entries": entries}}
+    write_archive(state_file(directory, 2), KIND, pointing)
+    with pytest.raises(StateError, match="an entry 'state-store' no part of edgeflex keeps"):
+        restore_state(_ask(RESTORE_STATE, directory), _context(tmp_path))
+    stored = {"ef-residual": {"kind": "vector", "values": {"stored-entries": 5}}}
+    write_archive(state_file(directory, 2), KIND, {"state": {"schema": 1, "entries": stored}})
+    with pytest.raises(StateError, match="ef-residual: not raw and npy arrays"):
         restore_state(_ask(RESTORE_STATE, directory), _context(tmp_path))

@@ -9,7 +9,7 @@ from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
-from compress.vectors import load_vector
+from state.vectors import load_vector
 from strategies.collectives.base import whole_entries
 from strategies.policies.ratio import FixedRatio, SparsityWarmUp
 from wire.codec import topk_count

@@ -15,7 +15,7 @@ from flwr.app import Message, RecordDict
 from compress import SELECTORS, low_rank
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
 from compress.float32 import Float32
-from compress.vectors import load_vector
+from state.vectors import load_vector
 from strategies.collectives.base import ClientAction, ClientJob
 from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from testing.in_process import InProcessGrid

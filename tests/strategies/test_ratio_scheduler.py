@@ -3,14 +3,8 @@ import pytest
 
 from compress.gain import gain_curve
 from compress.topk import topk_energy, topk_indices
-from strategies.policies.nsga2 import (
-    GAIN_DRIFT_ROUNDS,
-    SELECTIONS,
-    GainModel,
-    Nsga2Schedule,
-    RatioProblem,
-    solve,
-)
+from strategies.policies.nsga2 import GAIN_DRIFT_ROUNDS, GainModel, Nsga2Schedule
+from strategies.policies.pareto import SELECTIONS, RatioProblem, solve
 from timing.link_estimator import LinkEstimate
 from wire.codec import topk_count
 

@@ -10,8 +10,8 @@ from flwr.app import MetricRecord, RecordDict
 from client.replica import REPLICA_KEY
 from commands.run_config import parse_overrides, resolve_settings
 from compress.error_feedback import RESIDUAL_KEY
-from compress.vectors import load_vector
 from server.records import read_rounds, without_wall_clock
+from state.vectors import load_vector
 from strategies.sampling import ClientSampler
 from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import METRICS_KEY, PARTITION_ID

@@ -7,7 +7,7 @@ from flwr.app import ArrayRecord
 
 from compress.error_feedback import ErrorFeedback, send_at
 from compress.topk import topk_energy, topk_indices, topk_outside
-from compress.vectors import drop_vector, load_vector, store_vector
+from state.vectors import drop_vector, load_vector, store_vector
 from strategies.collectives.allreduce.names import (
     HINT_COUNT,
     HINTS_KEY,

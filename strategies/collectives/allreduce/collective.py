@@ -29,6 +29,8 @@ from numpy.typing import NDArray
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS
 from compress.base import sent_count
+from state.archive import StateError
+from state.fields import Fields
 from strategies.collectives.allreduce import client
 from strategies.collectives.allreduce.index_policies import (
     INDEX_POLICIES,
@@ -50,14 +52,18 @@ from strategies.collectives.allreduce.names import (
     HINT_COUNT,
     HINTS_KEY,
     INDICES_ACTION,
+    OWN_INDICES_KEY,
+    PENDING_KEY,
     TOPK_NORM2,
     TRAIN_INDICES,
     TRAIN_VALUES,
     VALUES_ACTION,
 )
 from strategies.collectives.base import (
+    ARRAYS,
     NOTHING,
     SHARED_INDEX_GAIN,
+    VECTOR_ENTRY,
     ActionHandler,
     Aggregate,
     ClientJob,
@@ -115,6 +121,7 @@ class Allreduce(Collective):
         VALUES_ACTION: client.values,
     }
     peer_costs = {RING: artopk_ring, TREE: artopk_tree}
+    client_state = {PENDING_KEY: VECTOR_ENTRY, OWN_INDICES_KEY: ARRAYS}
 
     @staticmethod
     def client_train(job: ClientJob) -> ClientPayload:
@@ -173,6 +180,28 @@ class Allreduce(Collective):
         # round's aggregate chooses the next one
         self._index_set: Indices | None = None
         self.caught: set[int] = set()  # partitions whose norm claim their values contradicted
+
+    def state_dict(self) -> dict[str, object]:
+        """The index set the next round's instructions carry (one-phase policies), the
+        partitions caught lying, and what the index policy learnt."""
+        return {
+            "schema": self.STATE_SCHEMA,
+            "index_set": self._index_set,
+            "caught": sorted(self.caught),
+            "index_policy": self.index_policy.state_dict(),
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        fields = Fields(f"collective {self.name}", state, self.STATE_SCHEMA)
+        index_set = fields.optional_array("index_set", "int64")
+        if index_set is not None:
+            in_model = not index_set.size or (index_set[0] >= 0 and index_set[-1] < self.size)
+            if not in_model or np.any(np.diff(index_set) <= 0):
+                raise StateError(f"collective {self.name}: index_set not ascending in the model")
+        self._index_set = index_set
+        self.caught = set(fields.integers("caught"))
+        self.index_policy.load_state_dict(fields.raw("index_policy"), self.size)
+        fields.done()
 
     def _round_index_set(self, plan: RoundPlan) -> Indices | None:
         """This round's shared index set when it is known before training (None: a leader's)."""

@@ -18,6 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from compress.topk import topk_indices, topk_outside
+from state.archive import StateError
+from state.fields import Fields, Stateless
 from strategies.collectives.base import Indices
 from wire.codec import Sparse
 
@@ -40,12 +42,19 @@ class IndexPolicy(Protocol):
         ``k`` indices outside ``excluded`` (the model's buffers, added to every I anyway)."""
         ...
 
+    def state_dict(self) -> dict[str, object]: ...
 
-class LeaderEachRound:
+    def load_state_dict(self, state: object, size: int) -> None: ...
+
+
+class LeaderEachRound(Stateless):
     """The papers' policy: every round's I comes from its leader (three phases)."""
 
     hint_share = 0.0
     one_phase = False
+
+    def load_state_dict(self, state: object, size: int = 0) -> None:
+        super().load_state_dict(state)
 
     def next_index_set(
         self, update: Sparse, k: int, hints: Hints, excluded: Indices
@@ -53,12 +62,15 @@ class LeaderEachRound:
         return None
 
 
-class PreviousTopk:
+class PreviousTopk(Stateless):
     """``global``: the Top-k of the previous aggregate. It freezes: that update is non-zero
     exactly on the previous I, so its Top-k is I again. Kept for reference."""
 
     hint_share = 0.0
     one_phase = True
+
+    def load_state_dict(self, state: object, size: int = 0) -> None:
+        super().load_state_dict(state)
 
     def next_index_set(
         self, update: Sparse, k: int, hints: Hints, excluded: Indices
@@ -89,6 +101,21 @@ class ResidualHints:
         self.hint_share = hint_share
         self.age: NDArray[np.float64] | None = None  # rounds of accumulation, counting the next
         self.rate: NDArray[np.float64] | None = None  # NaN: never sent
+
+    STATE_SCHEMA = 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"schema": self.STATE_SCHEMA, "age": self.age, "rate": self.rate}
+
+    def load_state_dict(self, state: object, size: int) -> None:
+        fields = Fields("residual-hints", state, self.STATE_SCHEMA)
+        self.age = fields.optional_array("age", "float64", (size,))
+        self.rate = fields.optional_array("rate", "float64", (size,))
+        fields.done()
+        if (self.age is None) != (self.rate is None):
+            raise StateError("residual-hints: age and rate come together")
+        if self.age is not None and not np.all(self.age >= 1):
+            raise StateError("residual-hints: an age below one round")
 
     def estimate(self, update: Sparse, excluded: Indices) -> NDArray[np.float64]:
         """Observe this round's aggregate; the estimated residual of the next round. The

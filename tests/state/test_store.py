@@ -1,8 +1,5 @@
 """The state store: vectors a simulated client keeps, in files instead of its context."""
 
-import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +8,13 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
-from compress import state_store
-from compress.state_store import (
+from state import store as state_store
+from state.archive import StateError
+from state.store import (
     AUTO,
     DISK,
     MEMORY,
-    OWNER,
+    OWNER_LOCK,
     STORE_KEY,
     client_state_estimate,
     is_stored,
@@ -26,7 +24,7 @@ from compress.state_store import (
     use_store,
     uses_disk,
 )
-from compress.vectors import (
+from state.vectors import (
     drop_vector,
     load_vector,
     store_vector,
@@ -74,36 +72,53 @@ def test_auto_reads_the_smallest_memory_limit_of_the_processs_cgroups(
     assert state_store.usable_memory_bytes() > 5 * GIB
 
 
-def _owned_by(run: Path, host: str, pid: int) -> Path:
+HOLD_LOCK = """
+import fcntl, os, sys, time
+handle = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def _held_by_another_process(run: Path) -> subprocess.Popen[str]:
+    """``run`` locked by a live child process (a server of another run)."""
     run.mkdir()
-    (run / OWNER).write_text(json.dumps([host, pid]))
-    return run
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run / OWNER_LOCK)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+    return child
 
 
 def test_a_run_directory_whose_server_is_gone_is_swept(tmp_path: Path) -> None:
-    here = socket.gethostname()
-    mine = tmp_path / "run-1"
-    make_run_directory(mine)  # this process owns it
-    assert json.loads((mine / OWNER).read_text()) == [here, os.getpid()]
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a process id nobody has now
-    abandoned = _owned_by(tmp_path / "run-2", here, gone.pid)
-    (abandoned / "partition-0").mkdir()
-    stranger = tmp_path / "run-3"  # no owner: not one of ours
-    stranger.mkdir()
-    elsewhere = _owned_by(tmp_path / "run-5", "another-host", gone.pid)  # a shared directory
-    assert sweep_abandoned(tmp_path) == [abandoned]
-    assert mine.is_dir() and stranger.is_dir() and elsewhere.is_dir() and not abandoned.exists()
-    make_run_directory(tmp_path / "run-4")  # making one sweeps too
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-1", "run-3", "run-4", "run-5"]
+    mine = make_run_directory(tmp_path / "run-1")  # this process holds its lock
+    live = _held_by_another_process(tmp_path / "run-2")
+    gone = _held_by_another_process(tmp_path / "run-3")
+    (tmp_path / "run-3" / "partition-0").mkdir()
+    gone.kill()  # the kernel releases its lock, whatever way it ended
+    gone.wait()
+    unlocked = tmp_path / "run-4"  # no lock at all: nobody owns it
+    unlocked.mkdir()
+    try:
+        assert sorted(sweep_abandoned(tmp_path)) == [tmp_path / "run-3", unlocked]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["run-1", "run-2"]
+        mine.release()  # this run ended: the next sweep takes its directory
+        make_run_directory(tmp_path / "run-5")  # making one sweeps too
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["run-2", "run-5"]
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_run_directory_another_live_process_owns_is_refused(tmp_path: Path) -> None:
-    parent = _owned_by(tmp_path / "run-7", socket.gethostname(), os.getppid())
-    with pytest.raises(RuntimeError, match=f"belongs to process {os.getppid()}"):
-        make_run_directory(parent)
-    with pytest.raises(RuntimeError, match="on another-host, not gone"):
-        make_run_directory(_owned_by(tmp_path / "run-8", "another-host", 1))
+    live = _held_by_another_process(tmp_path / "run-7")
+    try:
+        with pytest.raises(RuntimeError, match="belongs to a live process"):
+            make_run_directory(tmp_path / "run-7")
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_vector_is_written_only_in_a_run_directory_that_exists(tmp_path: Path) -> None:
@@ -125,7 +140,7 @@ def test_a_node_with_a_store_keeps_a_record_in_its_state_and_the_vector_in_a_fil
     vector = (np.arange(1000) / 7).astype(np.float32)
     store_vector(state, "ef-residual", vector)
     assert is_stored(state["ef-residual"]) and not isinstance(state["ef-residual"], ArrayRecord)
-    assert (directory / "ef-residual.f32").stat().st_size == 4 * vector.size
+    assert (directory / "ef-residual.npz").is_file()
     loaded = load_vector(state, "ef-residual")
     assert loaded is not None
     np.testing.assert_array_equal(loaded, vector)
@@ -137,7 +152,7 @@ def test_a_node_with_a_store_keeps_a_record_in_its_state_and_the_vector_in_a_fil
     np.testing.assert_array_equal(load_vector(held, "ef-residual"), vector)  # type: ignore[arg-type]
     # Dropped, a stored vector's file goes too.
     drop_vector(state, "ef-residual")
-    assert "ef-residual" not in state and not (directory / "ef-residual.f32").exists()
+    assert "ef-residual" not in state and not (directory / "ef-residual.npz").exists()
     # A restored state's vectors go into the store.
     held["other"] = ArrayRecord()
     use_store(held, directory)
@@ -154,12 +169,12 @@ def test_a_stored_vector_that_is_missing_or_cut_short_is_refused(tmp_path: Path)
     state = RecordDict()
     use_store(state, tmp_path)
     store_vector(state, "replica", np.ones(64, dtype=np.float32))
-    (tmp_path / "replica.f32").write_bytes(b"\0" * 100)
-    with pytest.raises(ValueError, match="holds 100 bytes, not the 64 float32"):
+    (tmp_path / "replica.npz").write_bytes(b"\0" * 100)
+    with pytest.raises(StateError, match="replica.npz: not an edgeflex state file"):
         load_vector(state, "replica")
-    (tmp_path / "replica.f32").unlink()
-    with pytest.raises(ValueError, match="replica.f32, which holds 'replica', is missing"):
+    (tmp_path / "replica.npz").unlink()
+    with pytest.raises(StateError, match="replica.npz, which holds 'replica', is missing"):
         load_vector(state, "replica")
     use_store(state, None)
-    with pytest.raises(ValueError, match="this node sees none"):
+    with pytest.raises(StateError, match="this node sees none"):
         load_vector(state, "replica")

@@ -1,6 +1,6 @@
 """Where a client keeps a vector between messages: in its ``context.state`` (the ClientApp is a
 fresh process per message, so only the state survives), or in the node's state store on disk
-(compress/state_store.py) when the server chose one. Every kept vector goes through here.
+(state/store.py) when the server chose one. Every kept vector goes through here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
-from compress.state_store import (
+from state.store import (
     STORE_KEY,
     is_stored,
     read_stored,

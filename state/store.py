@@ -7,23 +7,25 @@ replica, would hold 89 GB there. With the store on, each such vector is one file
 (partition, key) under the run's directory, the context keeps a small record in its place, and
 a round reads and writes only its own clients' files.
 
-The files are raw float32, written whole to a temporary name and renamed into place (a run
-stopped mid-write leaves the last complete file). They are not memory-mapped: a client reads
-and rewrites every kept vector whole each round, so a mapping would page the same bytes in.
-One difference from memory: when a client's handler raises after it wrote a file, Flower
-drops that message's context but the file keeps what was written.
+A file is a state file of kind ``stored-vector`` (state/archive.py), written as a run's scratch
+(no fsync, no digest: the store is rewritten every round, and a checkpoint saves its vectors
+itself) and renamed into place. One difference from memory: when a client's handler raises
+after it wrote a file, Flower drops that message's context but the file keeps what was written.
+
 The server decides whether a run uses the store (``state-store``) and says so by making the
 run's directory, which its clients look for: nothing travels in the messages, so a run records
 the same with its clients' vectors on disk or in memory. Only where clients share the server's
-file system (Flower's simulation; on a Ray cluster, ``state-store-dir`` must be shared).
+file system (Flower's simulation; on a Ray cluster, ``state-store-dir`` must be shared). The
+server holds an exclusive lock on the run's directory (``flock`` of its ``owner.lock``) for as
+long as it runs; the kernel releases it when the process ends, however it ends, so a directory
+whose lock can be taken is abandoned and is swept.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
 import os
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -31,11 +33,16 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
+from state.archive import StateError, read_archive, write_archive
+from state.fields import Fields
+
 STORE_KEY = "state-store"  # in context.state: where this node's stored vectors are
 STORE_DIRECTORY = "directory"
 STORED_ENTRIES = "stored-entries"  # a stored vector's record: how many float32 entries it has
 DEFAULT_ROOT = "edgeflex-state"  # under the system's temporary directory
-OWNER = "owner.json"  # in a run's directory: [host, pid] of the server process that made it
+OWNER_LOCK = "owner.lock"  # in a run's directory: locked by the server process that made it
+KIND = "stored-vector"
+VECTOR_SCHEMA = 1
 KEPT_VECTORS = 2  # a compressed client's residual and replica, kept between rounds
 MEMORY_SHARE = 0.25  # auto: the store is used when the estimate exceeds this share of memory
 PROC_CGROUP = Path("/proc/self/cgroup")  # which cgroups this process is in
@@ -105,52 +112,55 @@ def uses_disk(mode: str, estimate: int, memory_bytes: int) -> bool:
     return mode == DISK
 
 
-def make_run_directory(run: Path) -> None:
-    """The run's directory, owned by this process (its clients look for it). Another live
-    process's is refused (one run id, two runs); one whose owner is gone is replaced."""
+class RunDirectory:
+    """A run's store directory, owned by this process while it holds the lock (``release``,
+    or the process's end, gives it up)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(mode=0o700, parents=True)
+        self._lock = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def release(self) -> None:
+        os.close(self._lock)
+
+
+def make_run_directory(run: Path) -> RunDirectory:
+    """The run's directory, locked by this process (its clients look for it). One whose owner
+    is alive is refused (one run id, two runs); one whose owner is gone is replaced."""
     sweep_abandoned(run.parent)
-    owner = _owner(run)
-    if owner is not None and owner != _me() and (owner[0] != _me()[0] or _alive(owner[1])):
-        raise RuntimeError(f"{run} belongs to process {owner[1]} on {owner[0]}, not gone")
-    shutil.rmtree(run, ignore_errors=True)
-    run.mkdir(mode=0o700, parents=True)
-    (run / OWNER).write_text(json.dumps(list(_me())))
+    if run.exists():
+        raise RuntimeError(f"{run} belongs to a live process (its lock is held)")
+    return RunDirectory(run)
+
+
+def _abandoned(run: Path) -> bool:
+    """Nobody holds ``run``'s lock (its owner ended) or it never had one."""
+    try:
+        handle = os.open(run / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(handle)
+    return True
 
 
 def sweep_abandoned(root: Path) -> list[Path]:
-    """Remove the run directories under ``root`` made on this machine by a process that is
-    gone (a run stopped by a signal exits without its clean-up); those removed. Another
-    machine's (a shared state-store-dir) are left to it."""
+    """Remove the run directories under ``root`` whose owner is gone (a run stopped by a
+    signal exits without its clean-up); those removed."""
     removed = []
     for run in root.glob("run-*"):
-        owner = _owner(run)
-        if owner is not None and owner[0] == _me()[0] and not _alive(owner[1]):
+        if run.is_dir() and _abandoned(run):
             shutil.rmtree(run, ignore_errors=True)
             removed.append(run)
     return removed
-
-
-def _me() -> tuple[str, int]:
-    return socket.gethostname(), os.getpid()
-
-
-def _owner(run: Path) -> tuple[str, int] | None:
-    """(host, pid) of the process that made ``run``; None if it is not one of ours."""
-    try:
-        host, pid = json.loads((run / OWNER).read_text())
-        return str(host), int(pid)
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def use_store(state: RecordDict, directory: Path | None) -> None:
@@ -176,26 +186,22 @@ def is_stored(record: object) -> bool:
 
 
 def _file(directory: Path, key: str) -> Path:
-    return directory / f"{key}.f32"
+    return directory / f"{key}.npz"
 
 
 def write_stored(directory: Path, key: str, vector: Vector) -> ConfigRecord:
     """Write ``vector`` as ``key``'s file; the record ``state`` keeps in its place. Only in a
     run's directory that exists: a message still running once its run removed it fails."""
     directory.mkdir(mode=0o700, exist_ok=True)
-    # a name of its own (two messages for one node may overlap after a timeout); not synced:
-    # the store is a run's scratch, and a checkpoint saves its vectors itself
-    handle, partial = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".partial")
-    with os.fdopen(handle, "wb") as f:
-        f.write(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
-    os.replace(partial, _file(directory, key))
+    part = {"schema": VECTOR_SCHEMA, "vector": np.ascontiguousarray(vector, dtype=np.float32)}
+    write_archive(_file(directory, key), KIND, {"stored": part}, scratch=True)
     return ConfigRecord({STORED_ENTRIES: int(vector.size)})
 
 
 def stored_clients(run: Path) -> tuple[int, int]:
     """(clients with a directory, bytes of their files) in a run's store."""
     clients = [d for d in run.glob("partition-*") if d.is_dir()]
-    return len(clients), sum(f.stat().st_size for d in clients for f in d.glob("*.f32"))
+    return len(clients), sum(f.stat().st_size for d in clients for f in d.glob("*.npz"))
 
 
 def remove_stored(state: RecordDict, key: str) -> None:
@@ -206,24 +212,27 @@ def remove_stored(state: RecordDict, key: str) -> None:
 
 
 def read_stored(state: RecordDict, key: str) -> Vector:
-    """``key``'s vector from this node's store (a writable array), checked against its record."""
+    """``key``'s vector from this node's store (a writable array), checked against its record;
+    StateError naming the file and what is wrong."""
     directory = store_of(state)
     record = state[key]
     assert isinstance(record, ConfigRecord)
     entries = int(record[STORED_ENTRIES])  # type: ignore[arg-type]
     if directory is None:
-        raise ValueError(
+        raise StateError(
             f"{key!r} is in the state store, but this node sees none (on a Ray cluster, "
             "state-store-dir must be a directory every machine shares)"
         )
     path = _file(directory, key)
+    if not path.exists():
+        raise StateError(f"{path}, which holds {key!r}, is missing")
     try:
-        with path.open("rb") as f:
-            found = os.fstat(f.fileno()).st_size
-            if found != 4 * entries:
-                raise ValueError(
-                    f"{path} holds {found} bytes, not the {entries} float32 of {key!r}"
-                )
-            return np.fromfile(f, dtype=np.float32)
-    except FileNotFoundError:
-        raise ValueError(f"{path}, which holds {key!r}, is missing") from None
+        parts = read_archive(path, KIND, scratch=True)
+        if set(parts) != {"stored"}:
+            raise StateError(f"parts {', '.join(sorted(parts))}, not one stored vector")
+        fields = Fields(f"stored {key}", parts["stored"], VECTOR_SCHEMA)
+        vector = fields.array("vector", "float32", (entries,))
+        fields.done()
+    except StateError as exc:
+        raise StateError(f"{path}: {exc}") from None
+    return vector
