@@ -249,7 +249,7 @@ def shorten_pickup(pickup_s: float = PICKUP_S) -> bool:
     module = sys.modules.get(VCE_MODULE)
     if module is None:
         return False
-    from flwr.common.logger import log
+    from flwr.common import log
 
     original = module.add_messages_to_queue
     if getattr(original, "edgeflex_pickup_s", None) is not None:

@@ -8,7 +8,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.app import ArrayRecord, Context, MetricRecord
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 

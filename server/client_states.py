@@ -19,7 +19,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 from flwr.app import Message
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from strategies.edge import EdgeStrategy

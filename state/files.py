@@ -1,4 +1,4 @@
-"""The one atomic write of the project, and whether a process is alive."""
+"""The one atomic write of the project."""
 
 from __future__ import annotations
 
@@ -37,14 +37,3 @@ def atomic_write(
             os.fsync(directory)
         finally:
             os.close(directory)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (someone else's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

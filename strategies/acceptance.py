@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from logging import WARNING
 
 from flwr.app import Message
-from flwr.common.logger import log
+from flwr.common import log
 
 from strategies.bounds import Bounds
 from strategies.collectives.base import Participant

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from logging import WARNING
 
 from flwr.app import Message, RecordDict
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from logging import WARNING
 
-from flwr.common.logger import log
+from flwr.common import log
 
 from strategies.collectives.base import Aggregate, Update, Vector
 from strategies.guard import UpdateGuard

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from logging import WARNING
 
 from flwr.app import Message
-from flwr.common.logger import log
+from flwr.common import log
 
 from strategies.collectives.base import Aggregate, Indices, Participant, RoundPlan, Vector
 from wire.nbytes import content_nbytes

@@ -3,10 +3,8 @@ by new nodes that take their partitions' saved state back (as a restarted simula
 against the same run uninterrupted."""
 
 import io
-import json
 import pickle
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,9 @@ from server import build as server_build
 from server.checkpoint import CHECKPOINT_NAME, differing_keys, read_checkpoint
 from server.client_states import restore_client_states
 from server.records import read_rounds, without_wall_clock
-from state.archive import LAYOUT, MANIFEST, _digest, flatten
+from state.archive import LAYOUT, flatten
 from state.store import is_stored
+from tests.state.archives import rewrite
 from testing.in_process import InProcessGrid, run_server_app
 from wire.keys import CLIENT_STATE_DIR, CONFIG_KEY, SERVER_ROUND
 from wire.packing import unpack
@@ -272,24 +271,6 @@ def _stopped_run(tmp_path: Path) -> Path:
     return stopped
 
 
-def _rewrite(path: Path, change: Any, rehash: bool) -> None:
-    """Rewrite the archive at ``path`` with ``change(manifest, members)`` applied."""
-    with zipfile.ZipFile(path) as archive:
-        members = {name: archive.read(name) for name in archive.namelist()}
-    manifest = json.loads(members.pop(MANIFEST))
-    change(manifest, members)
-    if rehash:
-        held = {
-            name.removesuffix(".npy"): np.load(io.BytesIO(data), allow_pickle=False)
-            for name, data in members.items()
-        }
-        manifest["sha256"] = _digest(manifest, held)
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(MANIFEST, json.dumps(manifest))
-        for name, data in members.items():
-            archive.writestr(name, data)
-
-
 def _resume(stopped: Path, tmp_path: Path) -> None:
     resumed = f"{TOPK} num-server-rounds=3 resume-from={stopped}"
     run_server_app(InProcessGrid(_settings(resumed, tmp_path / "resumed")))
@@ -315,14 +296,14 @@ def test_a_changed_foreign_or_newer_checkpoint_is_refused_with_the_reason(tmp_pa
     def later_round(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
         manifest["parts"]["run"]["rows"][0]["accuracy"] = 0.99
 
-    _rewrite(path, later_round, rehash=False)
+    rewrite(path, later_round, rehash=False)
     with pytest.raises(ConfigError, match="does not match its SHA-256: it was changed"):
         _resume(stopped, tmp_path)
 
     def newer(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
         manifest["edgeflex-state"] = LAYOUT + 1
 
-    _rewrite(path, newer, rehash=True)
+    rewrite(path, newer, rehash=True)
     with pytest.raises(ConfigError, match=f"a newer edgeflex .*layout {LAYOUT + 1}"):
         _resume(stopped, tmp_path)
 
@@ -330,7 +311,7 @@ def test_a_changed_foreign_or_newer_checkpoint_is_refused_with_the_reason(tmp_pa
         manifest.clear()
         manifest.update({"edgeflex-checkpoint": 5, "round": 1, "strategy": {}})
 
-    _rewrite(path, previous_format, rehash=False)
+    rewrite(path, previous_format, rehash=False)
     with pytest.raises(
         ConfigError, match=r"a checkpoint of an older edgeflex \(checkpoint format 5"
     ):
@@ -354,7 +335,7 @@ def test_an_array_claiming_more_than_it_holds_is_refused_before_it_is_allocated(
         member = manifest["parts"]["model"]["vector"]["$array"]
         members[f"{member}.npy"] = header.getvalue() + b"\0" * 64
 
-    _rewrite(stopped / CHECKPOINT_NAME, huge, rehash=False)
+    rewrite(stopped / CHECKPOINT_NAME, huge, rehash=False)
     with pytest.raises(ConfigError, match="carries 64 data bytes, expected 512000000000000"):
         _resume(stopped, tmp_path)
 
