@@ -28,6 +28,9 @@ def mean_curve(runs: Sequence[Rows], x_of: Any) -> tuple[np.ndarray, np.ndarray]
     return xs.mean(axis=0), ys.mean(axis=0)
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def _virtual_s(rows: Rows, i: int) -> float:
     return float(rows[i]["virtual_time_s"])
 
@@ -40,9 +43,10 @@ def plot_accuracy(records: Mapping[str, Sequence[Rows]], out: Path, *, by: str, 
     """``by`` = "time" (virtual seconds) or "bytes" (MB both ways, cumulative)."""
     x_of, label = (_virtual_s, "virtual time (s)") if by == "time" else (_megabytes, "MB sent")
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, runs in records.items():
+    for i, (name, runs) in enumerate(records.items()):
         xs, ys = mean_curve(runs, x_of)
-        ax.plot(xs, ys, label=name, linewidth=1.2)
+        # matplotlib's colours repeat after ten lines: the next ten are dashed, and so on
+        ax.plot(xs, ys, label=name, linewidth=1.2, linestyle=LINE_STYLES[i // 10 % 4])
     ax.set_xlabel(label + (" (log)" if by == "bytes" else ""))
     if by == "bytes":
         ax.set_xscale("log")

@@ -15,7 +15,7 @@ The processes are the ones a real deployment runs (docs/deployment.md), here all
    through a mosquitto on loopback (``wake-broker``);
 3. ``flwr run . <connection> --stream`` with ``timing = "measured"`` and ``lr-scale-max = 1``
    unless the run config says otherwise (rounds of seconds make rate batches, and so an
-   uncapped linear learning-rate factor, large enough to diverge; README).
+   uncapped linear learning-rate factor, large enough to diverge: docs/results/deployment.md).
 Every process is stopped by PID (with everything it started) when the run ends, fails or is
 interrupted. Exit code 0 only when the run wrote its ``summary.json``.
 """

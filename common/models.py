@@ -119,7 +119,7 @@ def resnet(spec: DataSpec) -> nn.Module:
     three residual blocks of 32 channels, global average pooling, one dense layer; 56,362
     parameters on digits, about as many as the MLP, for 316x its training FLOPs per sample. Sized
     for the mixed regime: a Pi 4's step of 32 samples takes about as long as sending its dense
-    update at 10 Mbit/s (README, "Compute from FLOPs")."""
+    update at 10 Mbit/s (docs/clock.md, "Compute from FLOPs")."""
     channels, height, width = spec.image_shape
     scale = max(1, math.ceil(RESNET_SIDE / min(height, width)))
     layers: list[nn.Module] = [

@@ -22,7 +22,7 @@ def test_fuzzed_replies_never_crash_and_are_refused_or_harmless() -> None:
 @pytest.mark.usefixtures("task_identity")
 def test_fuzzed_replies_through_the_server_app_never_stop_it() -> None:
     """The same through ``server.app.main`` (records, evaluation, checkpoint), on a few phases:
-    the whole run is ``python -m tests.fuzz`` (docs/results.md)."""
+    the whole run is ``python -m tests.fuzz`` (docs/results/fuzz.md)."""
     phases = ("dense train, streams + lr scaling", "allgather train", "allreduce indices")
     counts, wrong = fuzz(cases=6, seed=2, through="server-app", phases=phases)
     assert all(c["crashed"] == 0 for c in counts.values()), counts

@@ -136,7 +136,8 @@ class Nsga2Params:
     # The largest factor c may rise by from one round to the next (0: no limit). A larger step
     # sends in one round what error feedback held back over many rounds at a smaller c:
     # measured, c from 0.007 to 0.079 in one round took the MLP from 0.94 to 0.30 accuracy
-    # within 5 rounds (flexcomm, C1-edge, seed 1); with 2 it ended at 0.958 (README).
+    # within 5 rounds (flexcomm, C1-edge, seed 1); with 2 it ended at 0.958
+    # (docs/results/flexcomm.md).
     ratio_ramp: float = 0.0
 
 

@@ -54,7 +54,7 @@ def clip_to_median(vectors: Sequence[Vector], factor: float) -> list[Vector]:
 # (cosine 1 up to rounding; 0.9997 and up for one vector through two q8 encodings, 0.99995 with
 # 1 % noise). Honest clients train on different data and minibatches; the most alike honest pair
 # measured had cosine 0.9964 (streams with rate-sized batches, IID digits: `python -m
-# benchmarks.copy_spread`, docs/results.md "Coalitions"), an angle of 4.9 degrees against this
+# benchmarks.copy_spread`, docs/results/coalitions.md), an angle of 4.9 degrees against this
 # bound's 2.6. Judged on the parameters alone: batch norm's buffers move alike on every client
 # (its step counter is the same integer everywhere).
 DUPLICATE_COSINE = 0.999

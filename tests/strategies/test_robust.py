@@ -234,7 +234,8 @@ def test_a_node_judged_against_stays_refused_in_rounds_too_small_to_judge() -> N
 def test_where_the_screen_stops() -> None:
     """Half of the federation flipping leaves no majority to judge by: nobody is refused for
     direction. Four of 10 under 4-of-10 sampling are half a round or more in 40 % of an honest
-    node's rounds: the screen then refuses honest nodes (the limit docs/results.md states)."""
+    node's rounds: the screen then refuses honest nodes (the limit docs/results/coalitions.md
+    states)."""
     honest_refused, caught = _flippers(5, 10)
     assert honest_refused == 0 and not any(caught)
     honest_refused, caught = _flippers(4, 4)
