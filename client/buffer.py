@@ -8,8 +8,6 @@ samples first. Kept in ``context.state`` between ClientApp calls.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,42 +15,11 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from numpy.typing import NDArray
 
 from client.streams import StreamSource
-from common.settings import Settings
+from common.batches import BATCH_POLICIES
 
 BUFFER_STATE_KEY = "stream-buffer"
 # buffer-policy -> whether a step drops what it leaves (persistence keeps every sample)
 BUFFER_POLICIES: dict[str, bool] = {"persistence": False, "truncation": True}
-
-
-def _fixed(arrived: int, batch_size: int, batch_min: int, batch_max: int) -> int:
-    return batch_size
-
-
-def _rate(arrived: int, batch_size: int, batch_min: int, batch_max: int) -> int:
-    return min(max(arrived, batch_min), batch_max)
-
-
-# batch-policy -> the step's batch from (arrived, batch-size, batch-min, batch-max)
-BATCH_POLICIES: dict[str, Callable[[int, int, int, int], int]] = {"fixed": _fixed, "rate": _rate}
-
-
-def largest_batch(settings: Settings) -> int:
-    """The largest batch a step of this run can take: its batch policy's, when more samples
-    arrived than any step takes."""
-    streams, plenty = settings.streams, sys.maxsize
-    policy = BATCH_POLICIES[streams.batch_policy]
-    return policy(plenty, settings.training.batch_size, streams.batch_min, streams.batch_max)
-
-
-def check(settings: Settings) -> list[str]:
-    """A buffer smaller than the largest batch could never fill one."""
-    largest, capacity = largest_batch(settings), settings.streams.buffer_capacity
-    if 0 < capacity < largest:
-        return [
-            f"buffer-capacity ({capacity}) is smaller than the largest batch ({largest}); use "
-            f"0 (no limit) or at least {largest}"
-        ]
-    return []
 
 
 class StreamBuffer:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
-from client.buffer import largest_batch
+from common.batches import largest_batch
 from common.data import ArrayData, data_spec, server_test_split, server_validation_split
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector

@@ -112,11 +112,13 @@ def test_no_package_imports_another_in_a_circle() -> None:
     graph = package_graph()
     cycles = [(a, b) for a in graph for b in graph[a] if _reaches(graph, b, a)]
     assert cycles == [], f"package import cycles through {cycles}"
-    # The layers, bottom up: the wire owns nothing of ours; a device needs no server package.
+    # The layers, bottom up: the wire owns nothing of ours; a device needs no server package,
+    # and the server none of the client's.
     assert graph["wire"] == set()
-    assert graph["state"] == {"wire"}
-    assert graph["compress"] == {"wire"}
+    assert graph["common"] == graph["state"] == {"wire"}
+    assert graph["compress"] == {"state", "wire"}
     assert not {"server", "timing", "commands"} & graph["client"]
+    assert "client" not in graph["server"]
 
 
 def test_no_product_package_imports_a_measurement_tool_or_the_test_harness() -> None:

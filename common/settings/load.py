@@ -37,7 +37,7 @@ TABLES = {
     "cr_schedule": "strategies.policies.ratio:CR_SCHEDULES",
     "cr_selection": "strategies.policies.pareto:SELECTIONS",
     "buffer_policy": "client.buffer:BUFFER_POLICIES",
-    "batch_policy": "client.buffer:BATCH_POLICIES",
+    "batch_policy": "common.batches:BATCH_POLICIES",
     "aggregation_weights": "strategies.policies.weights:WEIGHTS",
     "lr_scaling": "strategies.policies.lr:LR_SCALINGS",
     "partitioner": "common.data:PARTITIONERS",

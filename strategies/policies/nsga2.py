@@ -217,17 +217,17 @@ class Nsga2Schedule:
         }
 
     def load_state_dict(self, state: object) -> None:
-        fields = Fields("nsga2", state, self.STATE_SCHEMA)
+        fields = Fields("NSGA-II schedule", state, self.STATE_SCHEMA)
         self.gain_model.load_smoothed(
             fields.optional_array("gains", "float64", (self.gain_model.grid.size,))
         )
         self.ratio = fields.number("ratio")
         self.target = fields.number("target")
         if not (0 < self.ratio <= 1 and 0 < self.target <= 1):
-            raise StateError(f"nsga2: ratio {self.ratio} or target {self.target} not in (0, 1]")
+            raise StateError(f"NSGA-II schedule: ratio {self.ratio} or target {self.target} not in (0, 1]")
         self.collective = fields.optional_text("collective")
         if self.collective is not None and self.collective not in self.params.collectives:
-            raise StateError(f"nsga2: collective {self.collective!r} is not one it models")
+            raise StateError(f"NSGA-II schedule: collective {self.collective!r} is not one it models")
         self.shared_index_factor = fields.optional_number("shared_index_factor")
         links = fields.raw("links_at_solve")
         self._links_at_solve = None if links is None else [_link(row) for row in links]
@@ -352,5 +352,5 @@ def _link(row: object) -> LinkEstimate:
     """A link as the last solve saw it: [latency, uplink, downlink], checked."""
     numbers = isinstance(row, list) and len(row) == 3 and all(is_number(v) for v in row)
     if not numbers or row[0] < 0 or not (row[1] > 0 and row[2] > 0):  # type: ignore[index]
-        raise StateError(f"nsga2: links_at_solve holds {row!r}, not a link")
+        raise StateError(f"NSGA-II schedule: links_at_solve holds {row!r}, not a link")
     return LinkEstimate(float(row[0]), float(row[1]), float(row[2]))  # type: ignore[index]

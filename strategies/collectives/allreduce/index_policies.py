@@ -105,15 +105,15 @@ class ResidualHints:
     STATE_SCHEMA = 1
 
     def state_dict(self) -> dict[str, object]:
-        return {"schema": self.STATE_SCHEMA, "age": self.age, "rate": self.rate}
+        return {"schema": self.STATE_SCHEMA, "age": self.age, "residual_rate": self.rate}
 
     def load_state_dict(self, state: object, size: int) -> None:
         fields = Fields("residual-hints", state, self.STATE_SCHEMA)
         self.age = fields.optional_array("age", "float64", (size,))
-        self.rate = fields.optional_array("rate", "float64", (size,))
+        self.rate = fields.optional_array("residual_rate", "float64", (size,))
         fields.done()
         if (self.age is None) != (self.rate is None):
-            raise StateError("residual-hints: age and rate come together")
+            raise StateError("residual-hints: age and residual_rate come together")
         if self.age is not None and not np.all(self.age >= 1):
             raise StateError("residual-hints: an age below one round")
 
