@@ -21,8 +21,8 @@ from functools import partial
 import numpy as np
 import torch
 
+from collectives.maths import scatter_add, weighted_average
 from compress.topk import topk_indices
-from strategies.collectives.maths import scatter_add, weighted_average
 from wire.codec import topk_count
 
 

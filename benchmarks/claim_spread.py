@@ -1,6 +1,6 @@
 """How far apart honest ||TopK(e)||² claims are, and how much of their Top-k energy clients
 hold at an honest leader's indices: the justification of ``CLAIM_SPREAD`` and
-``INDEX_SHARE_FLOOR`` (strategies/collectives/allreduce/leaders.py).
+``INDEX_SHARE_FLOOR`` (collectives/allreduce/leaders.py).
 
 Runs honest Allreduce federations in process (VAR leader; IID and Dirichlet non-IID digits, the
 MLP and the CNN, streams at S2 rates with rate-sized batches) and prints, per run, the largest
@@ -29,10 +29,10 @@ CASES: dict[str, str] = tomllib.loads(
 
 
 def spread(name: str) -> tuple[str, float, float, float, float]:
-    import strategies.collectives.allreduce.collective as allreduce  # where Allreduce looks
+    import collectives.allreduce.collective as allreduce  # where Allreduce looks
+    from collectives.allreduce.leaders import MIN_CLAIMS, claim_of
     from commands.run_config import parse_overrides, resolve_settings
     from common.flower_patches import set_task_identity
-    from strategies.collectives.allreduce.leaders import MIN_CLAIMS, claim_of
     from testing.in_process import InProcessGrid, run_server_app
 
     set_task_identity()

@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from collectives import COLLECTIVES
 from common.settings import Settings, default_run_config
 from common.settings.renamed import upgraded
 from server.records import read_rounds
-from strategies.collectives import COLLECTIVES
 
 
 def collective_of(run_dir: Path) -> str:

@@ -15,13 +15,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from collectives.base import Aggregate
 from common.data import DIGITS_SPEC
 from common.flower_patches import set_task_identity
 from common.models import build_model
 from common.params import buffer_positions
 from common.settings import settings_with
 from server.build import build_strategy
-from strategies.collectives.base import Aggregate
 from strategies.ledger import RoundStats
 from strategies.round_state import RoundState
 from testing.in_process import InProcessGrid, train_in_process
@@ -52,9 +52,7 @@ def main() -> None:
     parser.add_argument("--at", type=int, default=40)
     args = parser.parse_args()
     set_task_identity()
-    settings = settings_with(
-        collective="auto", compression_ratio=0.01, robust="none", seed=5
-    )
+    settings = settings_with(collective="auto", compression_ratio=0.01, robust="none", seed=5)
     model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
     layout = Layout.of_model(model)
     clock = VirtualClock(

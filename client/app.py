@@ -22,15 +22,15 @@ from client.node import node_identity, store_directory
 from client.replica import bring_up_to_date
 from client.reports import reports
 from client.saved_state import restore_state, save_state
+from collectives import COLLECTIVES
+from collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
+from collectives.dense import Dense
 from common.data import data_spec
 from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS
 from state.store import use_store
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
-from strategies.collectives.dense import Dense
 from wire.injection import samples_of
 from wire.keys import (
     IDENTIFY_ACTION,

@@ -24,12 +24,12 @@ from client.node import LOCAL_DATA_KEY
 from client.replica import REPLICA_KEY, REPLICA_META_KEY
 from client.reports import ADAPTIVE_STATE_KEY
 from client.streams import STREAM_STATE_KEY, WALL_CLOCK_STATE_KEY
+from collectives import COLLECTIVES
+from collectives.base import ARRAYS, CONFIG, VECTOR_ENTRY
 from compress.error_feedback import RESIDUAL_KEY
 from state.archive import StateError, read_archive, write_archive
 from state.fields import Fields
 from state.vectors import VECTOR
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import ARRAYS, CONFIG, VECTOR_ENTRY
 from wire.codec import raw_array, read_raw
 from wire.fields import is_number
 from wire.keys import RAW_STYPE

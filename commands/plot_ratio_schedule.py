@@ -26,9 +26,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from collectives import COLLECTIVES  # noqa: E402
 from common.settings import PROJECT_ROOT  # noqa: E402
 from server.records import read_rounds  # noqa: E402
-from strategies.collectives import COLLECTIVES  # noqa: E402
 from timing.devices import DeviceProfile, load_catalog  # noqa: E402
 from timing.network import load_schedule  # noqa: E402
 

@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from collectives import COLLECTIVES
 from common.settings import default_run_config
 from common.settings.renamed import upgraded
 from server.last_rounds import LastRounds
 from server.records import read_rounds
-from strategies.collectives import COLLECTIVES
 
 
 def describe(results_dir: Path) -> str:

@@ -2,21 +2,9 @@
 each refuses another Flower and any source without the names it replaces, so a new Flower
 fails loudly here instead of quietly running with Flower's own behaviour).
 
-The patches (what Flower 1.42 does; why edgeflex changes it):
-- ``shorten_supernode``: a SuperNode sleeps a literal 3 s when idle, polls its ClientApp's
-  reply every 0.5 s, and backs off 1 s, 2 s, ... for late objects; a round of a small model
-  on a device is shorter than one of those waits (opt-in: ``short-polls``).
-- ``shorten_grid_pull``: the ServerApp's grid backs off the same way for a reply's late
-  objects, for up to 2 hours; a killed node's half-pushed reply would hold the round for its
-  push session's 180 s. Now until the exchange's deadline.
-- ``set_heartbeat``: a node's heartbeat interval is the constant 30 s; a dead device keeps its
-  place, and a dead task holds its node, for a minute. A node may choose within Flower's
-  bounds.
-- ``shorten_pickup`` (``tune_simulation_process``): the simulation engine waits a literal
-  0.1 s between looks for new messages, a large part of a small model's round.
-- ``set_task_identity``: ``Message()`` reads a run, node and task identity that only a running
-  federation sets; the in-process federation of tests and benchmarks builds messages outside
-  one.
+``PATCHES`` lists each patch: the Flower it checks, what Flower does, what edgeflex does instead
+and why, and when it can go. docs/architecture.md lists the other modules that import a private
+Flower module or write a private Flower attribute (a test keeps both lists true).
 
 The polls in detail (``short-polls``):
 
@@ -74,6 +62,62 @@ from typing import Any
 import flwr
 
 SUPPORTED_FLWR = "1.42."
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change inside Flower: ``flower``, the versions it was read against and accepts
+    (``check_flower``); ``upstream``, what that Flower does; ``change``, what edgeflex does
+    instead and why; ``removable_when``, what upstream change would make it unnecessary."""
+
+    flower: str
+    upstream: str
+    change: str
+    removable_when: str
+
+
+PATCHES: dict[str, Patch] = {
+    "shorten_supernode": Patch(
+        flower=SUPPORTED_FLWR + "x",
+        upstream="a SuperNode sleeps a literal 3 s when idle, looks for its ClientApp's reply "
+        "every 0.5 s, and backs off 1 s, 2 s, ... for a message's late objects "
+        "(supernode/start_client_internal.py, pull_objects)",
+        change="shorter polls, opt-in (short-polls): a round of a small model on a device is "
+        "shorter than one of those waits",
+        removable_when="a SuperNode takes its poll intervals and pull back-off as options",
+    ),
+    "shorten_grid_pull": Patch(
+        flower=SUPPORTED_FLWR + "x",
+        upstream="the ServerApp's grid backs off 1 s, 2 s, ... for a reply's late objects, for "
+        "up to 2 hours (superlink/grid/http_grid.py)",
+        change="10-ms back-off until the exchange's deadline: a killed node's half-pushed "
+        "reply would otherwise hold the round for its push session's 180 s",
+        removable_when="Grid.send_and_receive's timeout bounds the pull of a reply's objects",
+    ),
+    "set_heartbeat": Patch(
+        flower=SUPPORTED_FLWR + "x",
+        upstream="HEARTBEAT_DEFAULT_INTERVAL is a constant 30 s: a dead device keeps its place, "
+        "and a dead task holds its node, for a minute",
+        change="a node chooses its interval within Flower's own bounds (10-1,800 s)",
+        removable_when="flower-supernode takes a heartbeat interval option",
+    ),
+    "shorten_pickup": Patch(
+        flower=SUPPORTED_FLWR + "x",
+        upstream="the simulation engine looks for new messages node by node, then waits a "
+        "literal 0.1 s (server/superlink/fleet/vce/vce_api.py, add_messages_to_queue)",
+        change="the same lookups in one pass, then a 5-ms wait: the 0.1 s was a large part of "
+        "a small model's round, and 10,000 nodes cost 10^8 reads a pickup",
+        removable_when="the engine is woken by new messages instead of polling",
+    ),
+    "set_task_identity": Patch(
+        flower=SUPPORTED_FLWR + "x",
+        upstream="Message() reads a run, node and task identity (supercore/task_identity.py) "
+        "that only a running federation sets",
+        change="sets one for the in-process federation of tests and benchmarks, which builds "
+        "messages outside a federation",
+        removable_when="Message() can be built without a task identity",
+    ),
+}
 IDLE_SLEEP_S, REPLY_SLEEP_S = 3, 0.5  # the literals in start_client_internal.py
 DEFAULT_IDLE_POLL_S, DEFAULT_REPLY_POLL_S = 0.1, 0.05
 PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 0.01, 0.5  # Flower's: 1 s, doubling up to 10 s

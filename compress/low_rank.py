@@ -1,6 +1,6 @@
 """PowerSGD's low-rank maths (Vogels et al., NeurIPS 2019), per weight matrix, in NumPy.
 
-The maths both halves of the ``powersgd`` collective (strategies/collectives/powersgd.py)
+The maths both halves of the ``powersgd`` collective (collectives/powersgd.py)
 share. One round, for each weight matrix M_i of client i
 (its update plus its error-feedback residual; ``matrix_shape`` says which parameters are
 matrices, the rest travel dense):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
+from collectives import COLLECTIVES
+from collectives.base import Indices, whole_entries
 from common.batches import largest_batch
 from common.data import ArrayData, data_spec, server_test_split, server_validation_split
 from common.models import build_model
@@ -21,8 +23,6 @@ from common.settings import PROJECT_ROOT, Settings
 from common.workload import Workload, check_workload
 from compress import ENCODINGS, SELECTORS
 from strategies.bounds import Bounds
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import Indices, whole_entries
 from strategies.edge import EdgeStrategy, LocalTraining
 from strategies.ledger import Ledger
 from strategies.policies.collective import (

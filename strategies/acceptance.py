@@ -11,9 +11,9 @@ from logging import WARNING
 from flwr.app import Message
 from flwr.common import log
 
+from collectives.base import Participant
+from collectives.program import Phase
 from strategies.bounds import Bounds
-from strategies.collectives.base import Participant
-from strategies.collectives.program import Phase
 from strategies.identity import Identities
 from strategies.ledger import Ledger
 from strategies.membership import by_seniority

@@ -22,14 +22,14 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
+from collectives.base import Aggregate, Collective, RoundPlan, Vector
+from collectives.defence import defend
+from collectives.program import Defended, Exchange, ExchangeLog, Program, Replies
 from compress.base import Encoding, Selector
 from state.archive import StateError
 from state.fields import Fields
 from strategies.acceptance import TrainingReplies
 from strategies.bounds import Bounds
-from strategies.collectives.base import Aggregate, Collective, RoundPlan, Vector
-from strategies.collectives.defence import defend
-from strategies.collectives.program import Defended, Exchange, ExchangeLog, Program, Replies
 from strategies.guard import UpdateGuard
 from strategies.identity import Identities
 from strategies.instructions import instruction_sizes, instructions

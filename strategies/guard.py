@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from collectives.base import DenseUpdate, Update, Vector
 from state.archive import StateError
 from state.fields import Fields
-from strategies.collectives.base import DenseUpdate, Update, Vector
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from strategies.collectives.base import Collective, Vector
+from collectives.base import Collective, Vector
 from strategies.replicas import Replicas
 from wire.nbytes import content_nbytes
 from wire.train_instruction import CompressionConfig, RoundConfig, TrainInstruction

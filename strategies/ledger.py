@@ -17,8 +17,8 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from strategies.collectives.base import Collective, Participant
-from strategies.collectives.program import ExchangeLog
+from collectives.base import Collective, Participant
+from collectives.program import ExchangeLog
 from timing.clock import PhaseTiming, VirtualClock
 from timing.cost import STAR, Link
 from timing.measured import measured_times

@@ -18,10 +18,10 @@ import numpy as np
 from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
+from collectives.base import CompactUpdate, DenseUpdate, Update
 from compress.low_rank import Factored
 from state.archive import StateError
 from state.fields import Fields, int_keys
-from strategies.collectives.base import CompactUpdate, DenseUpdate, Update
 from wire.codec import Sparse, index_nbytes, raw_array, read_raw
 from wire.fields import is_integer
 from wire.keys import CURRENT, DELTA, FULL, PATCH
@@ -141,7 +141,7 @@ class Replicas:
         ``compact`` when that decodes to it bit for bit (a server optimizer's step or a
         statistics policy may have changed it); the nodes in ``held`` trained on the version
         they were sent; every other node is unknown. A step that is no ``Sparse`` (outside
-        the replica contract: strategies/collectives/base.py) makes a version no delta or
+        the replica contract: collectives/base.py) makes a version no delta or
         patch reaches: every replica gets the full model next."""
         sent_version = self.version
         for node in sent_to:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from flwr.serverapp import Grid
 
+from collectives.base import AggregationWeights, Collective, RoundPlan, Vector
+from collectives.defence import Defence
 from state.fields import Fields
-from strategies.collectives.base import AggregationWeights, Collective, RoundPlan, Vector
-from strategies.collectives.defence import Defence
 from strategies.ledger import RoundStats
 from strategies.policies.collective import AutoCollective, FixedCollective
 from strategies.policies.lr import LearningRates

@@ -9,7 +9,7 @@ from logging import WARNING
 
 from flwr.common import log
 
-from strategies.collectives.base import Aggregate, Update, Vector
+from collectives.base import Aggregate, Update, Vector
 from strategies.guard import UpdateGuard
 from strategies.round_state import Policies, RoundState
 

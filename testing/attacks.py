@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
+from collectives.allreduce.names import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
 from common.settings import Settings
-from strategies.collectives.allreduce.names import TOPK_NORM2, TRAIN_INDICES, TRAIN_VALUES
 from testing.in_process import InProcessGrid
 from wire.codec import raw_array
 from wire.injection import Samples

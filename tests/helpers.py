@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, Metadata, RecordDict
 
+from collectives.base import ClientJob
 from commands.run import FLWR_DIR
 from common.data import DIGITS_SPEC
 from common.models import build_model
@@ -23,7 +24,6 @@ from common.params import buffer_positions
 from common.settings import Settings, settings_with
 from compress import ENCODINGS, SELECTORS
 from server.build import build_strategy
-from strategies.collectives.base import ClientJob
 from strategies.edge import EdgeStrategy
 from strategies.ledger import RoundStats
 from testing.in_process import InProcessGrid, train_in_process

@@ -21,6 +21,7 @@ PRODUCT = (
     "compress",
     "state",
     "timing",
+    "collectives",
     "strategies",
     "server",
     "client",
@@ -65,7 +66,7 @@ def test_the_client_app_loads_no_server_side_module() -> None:
         [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
     )
     loaded = out.stdout.split()
-    assert "strategies.collectives.allreduce" in loaded  # the client halves are there
+    assert "collectives.allreduce" in loaded  # the client halves are there
     offending = [
         m
         for m in loaded
@@ -159,7 +160,7 @@ ELSEWHERE = {
     ("common/rates.py", "uniform"): "a stream-rate distribution, not the aggregation weights",
     ("testing/attacks.py", "examples"): "an attack on num-examples, not the aggregation weights",
     ("common/settings/load.py", "leader"): "the key leader, not the index policy",
-    ("strategies/collectives/allreduce/names.py", "residual-hints"): "that policy's reply key",
+    ("collectives/allreduce/names.py", "residual-hints"): "that policy's reply key",
 }
 REFERENCE = re.compile(r"^[\w.]+:[A-Za-z_]\w*$")  # "module:TABLE": where a table is, not a name
 
@@ -175,7 +176,7 @@ def _owner(value: object, table_module: str) -> str:
 def plugin_names() -> dict[str, set[str]]:
     """Every table name -> the modules allowed to spell it (as paths)."""
     owners: dict[str, set[str]] = {}
-    tables = {**TABLES, "collectives": "strategies.collectives:COLLECTIVES"}
+    tables = {**TABLES, "collectives": "collectives:COLLECTIVES"}
     for reference in tables.values():
         module, attribute = reference.split(":")
         table = getattr(importlib.import_module(module), attribute)
@@ -283,8 +284,8 @@ def test_the_name_check_finds_a_name(tmp_path: Path) -> None:
 def test_every_table_name_has_an_owner() -> None:
     owners = plugin_names()
     assert owners["allgather"] == {
-        "strategies/collectives/__init__.py",  # the table
-        "strategies/collectives/allgather.py",  # the class
+        "collectives/__init__.py",  # the table
+        "collectives/allgather.py",  # the class
         "strategies/policies/collective.py",  # collective = allgather's choices
     }
     assert "compress/randomk.py" in owners["randomk"]

@@ -126,8 +126,11 @@ def load_numpy(
         allowed = " or ".join(str(s) for s in shapes)
         raise PayloadError(f"array {name!r} has shape {clip(shape)}, expected {allowed}")
     values = read_npy(array.data, name)
-    if values.shape != shape or values.dtype != np.dtype(dtype) or values.ndim > 1 and not (
-        values.flags.c_contiguous
+    if (
+        values.shape != shape
+        or values.dtype != np.dtype(dtype)
+        or values.ndim > 1
+        and not (values.flags.c_contiguous)
     ):
         raise PayloadError(
             f"array {name!r}: its header says {values.dtype} {short(values.shape)}, "

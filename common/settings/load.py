@@ -4,7 +4,7 @@ Keys are checked first (unknown ones with the closest key, keys of older configs
 replaced them), then each value (type, bounds, and for a key backed by a table, the names the
 table holds), then the rules between keys: the schema's, and each plug-in's own. A table's
 module may define ``check(settings) -> list[str]``: the rules about the plug-ins it holds,
-read from where they live (``strategies/collectives``: each collective's ``check``).
+read from where they live (``collectives``: each collective's ``check``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # "module:NAME" and read when settings are checked (the tables' modules import this package).
 TABLES = {
     "collective": "strategies.policies.collective:COLLECTIVE_CHOICES",
-    "leader": "strategies.collectives.allreduce:LEADERS",
-    "index_policy": "strategies.collectives.allreduce:INDEX_POLICIES",
+    "leader": "collectives.allreduce:LEADERS",
+    "index_policy": "collectives.allreduce:INDEX_POLICIES",
     "selector": "compress:SELECTORS",
     "encoding": "compress:ENCODINGS",
     "topology": "timing.cost:TOPOLOGIES",

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from collectives import COLLECTIVES
 from common.settings import Settings
 from state.archive import StateError
 from state.fields import Fields, Stateless
-from strategies.collectives import COLLECTIVES
 from strategies.policies.round_times import RoundTimes
 
 AUTO = "auto"

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from collectives import COLLECTIVES
+from collectives.base import SHARED_INDEX_GAIN
 from compress.gain import DEFAULT_GAIN_GRID
 from state.archive import StateError
 from state.fields import Fields
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import SHARED_INDEX_GAIN
 from strategies.policies.pareto import SELECTIONS, Curve, RatioProblem, solve
 from timing.cost import LinkLike
 from timing.link_estimator import LinkEstimate
@@ -224,10 +224,14 @@ class Nsga2Schedule:
         self.ratio = fields.number("ratio")
         self.target = fields.number("target")
         if not (0 < self.ratio <= 1 and 0 < self.target <= 1):
-            raise StateError(f"NSGA-II schedule: ratio {self.ratio} or target {self.target} not in (0, 1]")
+            raise StateError(
+                f"NSGA-II schedule: ratio {self.ratio} or target {self.target} not in (0, 1]"
+            )
         self.collective = fields.optional_text("collective")
         if self.collective is not None and self.collective not in self.params.collectives:
-            raise StateError(f"NSGA-II schedule: collective {self.collective!r} is not one it models")
+            raise StateError(
+                f"NSGA-II schedule: collective {self.collective!r} is not one it models"
+            )
         self.shared_index_factor = fields.optional_number("shared_index_factor")
         links = fields.raw("links_at_solve")
         self._links_at_solve = None if links is None else [_link(row) for row in links]

@@ -14,11 +14,11 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from collectives import COLLECTIVES
+from collectives.base import Aggregate, Participant
 from common.settings import Settings
 from compress.topk import TopK
 from state.fields import Fields, Stateless
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.collective import compressed, run_collectives
 from strategies.policies.round_times import RoundTimes
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
@@ -243,7 +243,7 @@ class RatioPolicyClass(Protocol):
 
     def from_settings(self, settings: Settings, collectives: tuple[str, ...]) -> RatioPolicy:
         """``collectives``: the run's that the schedules model the gain of
-        (strategies/collectives: ``gain``)."""
+        (collectives: ``gain``)."""
         ...
 
 

@@ -28,11 +28,11 @@ import numpy as np
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from numpy.typing import NDArray
 
+from collectives import ALIGNED, COLLECTIVES
+from collectives.maths import weighted_average
 from common.settings import Settings
 from state.archive import StateError
 from state.fields import Fields, Stateless, int_keys
-from strategies.collectives import ALIGNED, COLLECTIVES
-from strategies.collectives.maths import weighted_average
 from strategies.policies.collective import run_collectives
 from wire.fields import is_number
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from collectives.base import Collective, Outlook
+from collectives.program import Phase
 from state.fields import Fields, int_keys
-from strategies.collectives.base import Collective, Outlook
-from strategies.collectives.program import Phase
 from timing.clock import PhaseTiming
 from timing.link_estimator import DOWN, UP, LinkEstimate, LinkEstimator
 from wire.fields import is_number

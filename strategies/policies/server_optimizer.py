@@ -20,9 +20,9 @@ from typing import ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from collectives.base import DenseUpdate, Indices, Update
 from state.archive import StateError
 from state.fields import Fields, Stateless
-from strategies.collectives.base import DenseUpdate, Indices, Update
 from wire.codec import Sparse
 
 Moments = NDArray[np.float64]

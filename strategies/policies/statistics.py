@@ -15,11 +15,11 @@ from typing import ClassVar, Protocol
 import numpy as np
 from torch import nn
 
+from collectives.base import DenseUpdate, Update, Vector
 from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import ArrayData
 from common.settings import Settings
 from state.fields import Stateless
-from strategies.collectives.base import DenseUpdate, Update, Vector
 from wire.codec import Sparse
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from strategies.collectives.base import Participant
+from collectives.base import Participant
 
 
 def _examples(participants: Sequence[Participant]) -> list[float]:

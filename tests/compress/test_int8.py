@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
+from collectives.allgather import Allgather
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
@@ -13,7 +14,6 @@ from compress import ENCODINGS
 from compress.error_feedback import ErrorFeedback
 from compress.float32 import Float32
 from compress.int8 import LEVELS, QUANTISED, SCALE, Int8
-from strategies.collectives.allgather import Allgather
 from tests.helpers import (
     assert_replicas_hold_the_model_before_last,
     client_job,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord
 
+from collectives.allgather import Allgather
+from collectives.base import ClientJob
 from compress import SELECTORS
 from compress.base import SelectionSeed
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.base import ClientJob
 from tests.helpers import client_job, federation_settings, run_in_process
 from wire.codec import PayloadError, indices_record
 

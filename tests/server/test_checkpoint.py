@@ -24,8 +24,8 @@ from server.client_states import restore_client_states
 from server.records import read_rounds, without_wall_clock
 from state.archive import LAYOUT, flatten
 from state.store import is_stored
-from tests.state.archives import rewrite
 from testing.in_process import InProcessGrid, run_server_app
+from tests.state.archives import rewrite
 from wire.keys import CLIENT_STATE_DIR, CONFIG_KEY, SERVER_ROUND
 from wire.packing import unpack
 

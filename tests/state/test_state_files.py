@@ -28,8 +28,8 @@ from server.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from state.archive import StateError
 from state.store import use_store
 from state.vectors import load_vector, store_vector
-from tests.state.archives import npy, rewrite
 from testing.in_process import InProcessGrid, run_server_app
+from tests.state.archives import npy, rewrite
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -5,9 +5,9 @@ import pytest
 from flwr.app import RecordDict
 
 from client.reports import smoothed_residual_share
+from collectives.base import Aggregate, Participant
 from common.settings import ConfigError
 from compress.gain import gain_curve
-from strategies.collectives.base import Aggregate, Participant
 from strategies.policies.ratio import AdaptiveRatio
 from tests.helpers import federation_settings, run_in_process
 from wire.keys import RESIDUAL_SHARE

@@ -3,17 +3,17 @@
 import numpy as np
 import pytest
 
+from collectives import COLLECTIVES
+from collectives.allgather import Allgather
+from collectives.allreduce import Allreduce
+from collectives.allreduce.leaders import shared_index_factor
+from collectives.allreduce.names import TOPK_NORM2
+from collectives.base import Outlook, Participant
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
 from server.build import build_strategy
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.allreduce.leaders import shared_index_factor
-from strategies.collectives.allreduce.names import TOPK_NORM2
-from strategies.collectives.base import Outlook, Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import Rounds, federation_settings, unit_clock
 from timing.devices import MBPS, DeviceProfile

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
+from collectives.base import DenseUpdate
 from common.batch_norm import recompute_statistics, statistics_positions
 from common.data import ArrayData
 from common.params import model_to_vector
 from common.settings import ConfigError, settings_with
-from strategies.collectives.base import DenseUpdate
 from strategies.policies.statistics import STATISTICS, Averaged, Recomputed
 from tests.helpers import Rounds, assert_replicas_hold_the_model_before_last
 from wire.codec import Sparse

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Message, RecordDict
 
+from collectives.allreduce.leaders import implausible_claims
+from collectives.allreduce.names import HINTS_KEY, TOPK_NORM2
+from collectives.base import Participant
 from common.settings import settings_with
 from server.build import bounds
 from strategies.bounds import Bounds
-from strategies.collectives.allreduce.leaders import implausible_claims
-from strategies.collectives.allreduce.names import HINTS_KEY, TOPK_NORM2
-from strategies.collectives.base import Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import (
     TINY_SHAPES,

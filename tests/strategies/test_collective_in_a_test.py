@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord
 
-from compress.error_feedback import send_at
-from strategies.collectives import COLLECTIVES
-from strategies.collectives.base import (
+from collectives import COLLECTIVES
+from collectives.base import (
     Aggregate,
     ClientJob,
     ClientPayload,
@@ -27,7 +26,8 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
 )
-from strategies.collectives.program import Program, combine
+from collectives.program import Program, combine
+from compress.error_feedback import send_at
 from tests.helpers import federation_settings, run_in_process
 from timing.cost import MESSAGE_OVERHEAD_BYTES, star_phase_s
 from wire.codec import Sparse
@@ -104,7 +104,7 @@ def test_settings_and_auto_take_a_collective_written_in_a_test() -> None:
 def test_replicas_follow_a_sparse_aggregate_and_fall_back_to_full_models_otherwise(
     collective: type[Collective], payload: str
 ) -> None:
-    """The replica contract (strategies/collectives/base.py): a Sparse aggregate goes down as a
+    """The replica contract (collectives/base.py): a Sparse aggregate goes down as a
     delta; a DenseUpdate leaves the replicas behind, and the next round sends full models."""
     settings = federation_settings(collective=collective.name, robust="none")
     _, _, _, rounds = run_in_process(settings, rounds=3)

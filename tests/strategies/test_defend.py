@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from strategies.collectives.base import Participant
-from strategies.collectives.defence import defend
-from strategies.collectives.program import Combine, ExchangeLog, Screen
+from collectives.base import Participant
+from collectives.defence import defend
+from collectives.program import Combine, ExchangeLog, Screen
 from wire.codec import Sparse
 
 

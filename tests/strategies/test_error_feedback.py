@@ -3,12 +3,12 @@
 import numpy as np
 from flwr.app import RecordDict
 
+from collectives.allgather import Allgather
+from collectives.allreduce import Allreduce
+from collectives.allreduce.names import PENDING_KEY, TOPK_NORM2
+from collectives.base import ClientAction
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
 from compress.float32 import Float32
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.allreduce.names import PENDING_KEY, TOPK_NORM2
-from strategies.collectives.base import ClientAction
 from tests.helpers import client_job
 from wire.codec import Sparse
 from wire.phases import PhaseRequest

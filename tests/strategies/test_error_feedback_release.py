@@ -5,12 +5,12 @@ compensated update (``error-feedback-clip``)."""
 import numpy as np
 import pytest
 
+from collectives.base import whole_entries
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
 from state.vectors import load_vector
-from strategies.collectives.base import whole_entries
 from strategies.policies.ratio import FixedRatio, SparsityWarmUp
 from wire.codec import topk_count
 from wire.layout import Layout

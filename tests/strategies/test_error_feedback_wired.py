@@ -18,11 +18,11 @@ import pytest
 from flwr.app import RecordDict
 
 from client.app import make_app
+from collectives.allgather import Allgather
+from collectives.allreduce import Allreduce
 from compress import ENCODINGS, SELECTORS
 from compress.error_feedback import ErrorFeedback
 from server.build import build_strategy
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
 from testing.in_process import InProcessGrid, train_in_process
 from tests import ef_problem
 from tests.helpers import client_job, federation_settings, unit_clock

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, RecordDict
 
-from strategies.collectives.base import DenseUpdate
+from collectives.base import DenseUpdate
 from strategies.guard import UpdateGuard
 from tests.helpers import RewriteRound, federation_settings, run_in_process
 from wire.codec import Sparse

@@ -4,14 +4,14 @@ clients whose per-round updates are fixed vectors, residuals kept as the client 
 import numpy as np
 import pytest
 
-from compress.topk import topk_indices
-from strategies.collectives.allreduce import INDEX_POLICIES
-from strategies.collectives.allreduce.index_policies import (
+from collectives.allreduce import INDEX_POLICIES
+from collectives.allreduce.index_policies import (
     IndexPolicy,
     PreviousTopk,
     ResidualHints,
     hint_count,
 )
+from compress.topk import topk_indices
 from wire.codec import Sparse
 
 SIZE, K, CLIENTS = 400, 10, 5

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from flwr.app import Message, RecordDict
 
+from collectives.base import ClientAction, ClientJob
+from collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from compress import SELECTORS, low_rank
 from compress.error_feedback import RESIDUAL_KEY, ErrorFeedback
 from compress.float32 import Float32
 from state.vectors import load_vector
-from strategies.collectives.base import ClientAction, ClientJob
-from strategies.collectives.powersgd import P_HAT_KEY, Q_ACTION, TRAIN_Q, PowerSgd
 from testing.in_process import InProcessGrid
 from tests.helpers import (
     assert_replicas_hold_the_model_before_last,

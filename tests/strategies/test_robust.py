@@ -5,8 +5,8 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
+from collectives.allreduce.names import TRAIN_VALUES
 from common.settings import ConfigError, settings_with
-from strategies.collectives.allreduce.names import TRAIN_VALUES
 from strategies.edge import EdgeStrategy
 from strategies.policies.robust import ClipScreen, clip_to_median, cosines_with_the_rest
 from testing.attacks import ATTACKER, AttackGrid, scaled

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from strategies.collectives.base import DenseUpdate
+from collectives.base import DenseUpdate
 from strategies.policies.server_optimizer import (
     SERVER_OPTIMIZERS,
     Adam,

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from collectives.base import Participant
 from commands.run_config import parse_overrides, resolve_settings
-from strategies.collectives.base import Participant
 from strategies.policies.lr import LastRound, learning_rate
 from strategies.policies.weights import WEIGHTS
 from tests.helpers import DIGITS_PROFILE, federation_settings, run_in_process
@@ -106,9 +106,7 @@ def test_linear_scaling_follows_the_last_global_batch() -> None:
     _, strategy, _, stats = run_in_process(settings, rounds=3)
     assert stats[1].learning_rate == pytest.approx(settings.training.learning_rate)
     # Round 1: every client trained on batch-min = 8, the base batch is 16 per client.
-    assert stats[2].learning_rate == pytest.approx(
-        settings.training.learning_rate * 24 / 48
-    )
+    assert stats[2].learning_rate == pytest.approx(settings.training.learning_rate * 24 / 48)
 
 
 GOOD = {STREAM_RATE: 1.0, WAIT_S: 0.0, BUFFER_SAMPLES: 1, BUFFER_BYTES: 8, STREAM_SAMPLES: 8}

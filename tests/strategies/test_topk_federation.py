@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord
 
+from collectives.allreduce import LEADERS
+from collectives.allreduce.leaders import claim_of
+from collectives.allreduce.names import TOPK_NORM2
+from collectives.base import Participant
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import buffer_positions, model_to_vector
 from server.build import build_strategy
-from strategies.collectives.allreduce import LEADERS
-from strategies.collectives.allreduce.leaders import claim_of
-from strategies.collectives.allreduce.names import TOPK_NORM2
-from strategies.collectives.base import Participant
 from testing.in_process import InProcessGrid
 from tests.helpers import (
     DIGITS_PROFILE,
@@ -93,8 +93,8 @@ def test_the_var_score_and_the_leader_indices_leave_the_buffers_out() -> None:
 
     from flwr.app import RecordDict
 
-    from strategies.collectives.allreduce import Allreduce
-    from strategies.collectives.base import ClientAction
+    from collectives.allreduce import Allreduce
+    from collectives.base import ClientAction
     from tests.helpers import client_job
     from wire.codec import decode_indices
     from wire.phases import PhaseRequest

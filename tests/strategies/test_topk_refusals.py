@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
+from collectives.allreduce.names import PENDING_KEY
 from common.data import DIGITS_SPEC
 from common.models import build_model
 from common.params import model_to_vector
 from server.build import build_strategy
 from state.vectors import load_vector
-from strategies.collectives.allreduce.names import PENDING_KEY
 from testing.in_process import InProcessGrid
 from tests.helpers import federation_settings, last_round, unit_clock
 from timing.devices import DeviceProfile

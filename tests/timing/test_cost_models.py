@@ -73,8 +73,8 @@ def test_bad_inputs_are_refused() -> None:
 
 
 def test_star_topk_modes_by_hand() -> None:
-    from strategies.collectives.allgather import Allgather
-    from strategies.collectives.allreduce import Allreduce
+    from collectives.allgather import Allgather
+    from collectives.allreduce import Allreduce
     from timing.cost import MESSAGE_OVERHEAD_BYTES as OV
     from timing.link_estimator import LinkEstimate
     from wire.codec import index_nbytes

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from strategies.collectives.allreduce.names import TOPK_NORM2
-from strategies.collectives.base import Participant
+from collectives.allreduce.names import TOPK_NORM2
+from collectives.base import Participant
 
 CLAIM_TOLERANCE = 0.05  # relative: 8-bit values change the energy by far less
 # Clients train one model at one learning rate on batches from one data set: their Top-k

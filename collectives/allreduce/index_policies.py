@@ -17,10 +17,10 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from collectives.base import Indices
 from compress.topk import topk_indices, topk_outside
 from state.archive import StateError
 from state.fields import Fields, Stateless
-from strategies.collectives.base import Indices
 from wire.codec import Sparse
 
 Hints = Sequence[tuple[float, Indices]]  # (a client's aggregation weight, its residual indices)

@@ -4,7 +4,7 @@ phase; no error feedback, no replicas: the model goes out in full every round.""
 
 from __future__ import annotations
 
-from strategies.collectives.base import (
+from collectives.base import (
     Aggregate,
     ClientJob,
     ClientPayload,
@@ -15,7 +15,7 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
 )
-from strategies.collectives.program import Program, combine
+from collectives.program import Program, combine
 from timing.cost import MESSAGE_OVERHEAD_BYTES, RING, TREE, dense_ring, dense_tree, star_phase_s
 from wire.keys import ARRAYS_KEY
 from wire.train_reply import TrainReply

@@ -5,7 +5,7 @@ A collective owns both halves of one way to exchange updates. The client half is
 (a ClientApp builds no server half): ``client_train`` turns a client's update into its reply
 payload, ``client_actions`` answer any further message types. The server half is an instance
 (``from_settings``): ``decode`` reads one training reply's payload, ``program`` is the rest of
-the round (strategies/collectives/program.py), ``star_round_s`` and ``peer_exchange_s``
+the round (collectives/program.py), ``star_round_s`` and ``peer_exchange_s``
 predict its time. Collective modules import no server code: a ClientApp loads them.
 """
 
@@ -35,7 +35,7 @@ from wire.train_instruction import TrainInstruction
 from wire.train_reply import TrainReply
 
 if TYPE_CHECKING:
-    from strategies.collectives.program import ExchangeLog, Program
+    from collectives.program import ExchangeLog, Program
 
 Vector = NDArray[np.float32]
 Indices = NDArray[np.int64]
@@ -229,7 +229,7 @@ SHARED_INDEX_GAIN = "shared-index"  # that curve scaled by the measured shared-i
 class Collective(ABC):
     """Both halves of one way to exchange updates (see the module docstring). A new collective
     subclasses this, writes what differs, and takes one line in the table
-    (strategies/collectives/__init__.py); settings, ``collective = auto`` and the NSGA-II
+    (collectives/__init__.py); settings, ``collective = auto`` and the NSGA-II
     schedule then find it there.
 
     The replica contract. A compressed collective's clients keep a replica of the global model

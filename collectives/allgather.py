@@ -17,12 +17,7 @@ from typing import ClassVar, Self
 import numpy as np
 from flwr.app import ArrayRecord
 
-from common.settings import Settings
-from compress import SELECTORS
-from compress.base import sent_count
-from compress.error_feedback import send_at
-from state.fields import Fields
-from strategies.collectives.base import (
+from collectives.base import (
     NOTHING,
     OWN_TOPK_GAIN,
     Aggregate,
@@ -34,8 +29,13 @@ from strategies.collectives.base import (
     Participant,
     RoundPlan,
 )
-from strategies.collectives.maths import scatter_add
-from strategies.collectives.program import Program, combine
+from collectives.maths import scatter_add
+from collectives.program import Program, combine
+from common.settings import Settings
+from compress import SELECTORS
+from compress.base import sent_count
+from compress.error_feedback import send_at
+from state.fields import Fields
 from timing.cost import MESSAGE_OVERHEAD_BYTES, RING, TREE, LinkLike, allgather_topk, star_phase_s
 from wire.codec import INDEX_ARRAYS, PayloadError, Sparse, index_nbytes, sparse_record, topk_count
 from wire.keys import TRAIN

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from strategies.collectives.base import Indices, Participant, RoundPlan, Vector
-from strategies.collectives.program import Combine, Defended, Screen
+from collectives.base import Indices, Participant, RoundPlan, Vector
+from collectives.program import Combine, Defended, Screen
 from wire.codec import Sparse
 
 

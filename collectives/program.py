@@ -2,7 +2,7 @@
 
 It yields each further ``Exchange`` for the strategy to send through the grid (in plain sight,
 strategies/edge.py), and each ``Screen`` or ``Combine`` of contributions for the strategy's
-defence to answer (strategies/collectives/defence.py: the one place the defence is applied, so
+defence to answer (collectives/defence.py: the one place the defence is applied, so
 no collective can skip it), and returns the ``Aggregate``. The ``ExchangeLog`` keeps what
 happened: phases as the clock will charge them, refused replies, nodes that failed.
 """
@@ -16,7 +16,7 @@ from logging import WARNING
 from flwr.app import Message
 from flwr.common import log
 
-from strategies.collectives.base import Aggregate, Indices, Participant, RoundPlan, Vector
+from collectives.base import Aggregate, Indices, Participant, RoundPlan, Vector
 from wire.nbytes import content_nbytes
 from wire.tally import ClientWork
 from wire.train_reply import compress_s_of

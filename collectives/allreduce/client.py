@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord
 
-from compress.error_feedback import ErrorFeedback, send_at
-from compress.topk import topk_energy, topk_indices, topk_outside
-from state.vectors import drop_vector, load_vector, store_vector
-from strategies.collectives.allreduce.names import (
+from collectives.allreduce.names import (
     HINT_COUNT,
     HINTS_KEY,
     OWN_INDICES_KEY,
     PENDING_KEY,
     TOPK_NORM2,
 )
-from strategies.collectives.base import ClientAction, ClientJob, ClientPayload, Indices, Vector
+from collectives.base import ClientAction, ClientJob, ClientPayload, Indices, Vector
+from compress.error_feedback import ErrorFeedback, send_at
+from compress.topk import topk_energy, topk_indices, topk_outside
+from state.vectors import drop_vector, load_vector, store_vector
 from wire.codec import indices_record
 from wire.phases import count_in, index_set_of
 

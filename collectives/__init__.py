@@ -5,11 +5,11 @@ Adding one is a module with a subclass of ``base.Collective`` and a line here.
 
 from __future__ import annotations
 
-from strategies.collectives.allgather import Allgather
-from strategies.collectives.allreduce import Allreduce
-from strategies.collectives.base import Collective
-from strategies.collectives.dense import Dense
-from strategies.collectives.powersgd import PowerSgd
+from collectives.allgather import Allgather
+from collectives.allreduce import Allreduce
+from collectives.base import Collective
+from collectives.dense import Dense
+from collectives.powersgd import PowerSgd
 
 # name -> the collective's class: its client half is class-level, the server half an instance
 COLLECTIVES: dict[str, type[Collective]] = {

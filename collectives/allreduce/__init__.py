@@ -2,8 +2,8 @@
 a shared index set comes from (index_policies.py), who leads and how a leader is judged
 (leaders.py), and its names on the wire (names.py)."""
 
-from strategies.collectives.allreduce.collective import Allreduce
-from strategies.collectives.allreduce.index_policies import INDEX_POLICIES
-from strategies.collectives.allreduce.leaders import LEADERS
+from collectives.allreduce.collective import Allreduce
+from collectives.allreduce.index_policies import INDEX_POLICIES
+from collectives.allreduce.leaders import LEADERS
 
 __all__ = ["INDEX_POLICIES", "LEADERS", "Allreduce"]

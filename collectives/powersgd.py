@@ -31,16 +31,7 @@ from typing import ClassVar, Self
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
-from common.settings import Settings
-from compress import ENCODINGS, SELECTORS, low_rank
-from compress.error_feedback import ErrorFeedback
-from compress.float32 import Float32
-from compress.low_rank import Factored, FactorShape, Matrix
-from compress.topk import TopK
-from state.archive import StateError
-from state.fields import Fields
-from state.vectors import drop_vector, load_vector, store_vector
-from strategies.collectives.base import (
+from collectives.base import (
     ARRAYS,
     VECTOR_ENTRY,
     ActionHandler,
@@ -55,7 +46,16 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
 )
-from strategies.collectives.program import Program, combine, exchange, finished, phase_replies
+from collectives.program import Program, combine, exchange, finished, phase_replies
+from common.settings import Settings
+from compress import ENCODINGS, SELECTORS, low_rank
+from compress.error_feedback import ErrorFeedback
+from compress.float32 import Float32
+from compress.low_rank import Factored, FactorShape, Matrix
+from compress.topk import TopK
+from state.archive import StateError
+from state.fields import Fields
+from state.vectors import drop_vector, load_vector, store_vector
 from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     RING,

@@ -26,18 +26,13 @@ from flwr.app import ArrayRecord, Message
 from flwr.common.constant import SUPERLINK_NODE_ID
 from numpy.typing import NDArray
 
-from common.settings import Settings
-from compress import ENCODINGS, SELECTORS
-from compress.base import sent_count
-from state.archive import StateError
-from state.fields import Fields
-from strategies.collectives.allreduce import client
-from strategies.collectives.allreduce.index_policies import (
+from collectives.allreduce import client
+from collectives.allreduce.index_policies import (
     INDEX_POLICIES,
     LEADER_EACH_ROUND,
     hint_count,
 )
-from strategies.collectives.allreduce.leaders import (
+from collectives.allreduce.leaders import (
     CLAIM_TOLERANCE,
     INDEX_SHARE_FLOOR,
     LEADERS,
@@ -48,7 +43,7 @@ from strategies.collectives.allreduce.leaders import (
     others_share,
     shared_index_factor,
 )
-from strategies.collectives.allreduce.names import (
+from collectives.allreduce.names import (
     HINT_COUNT,
     HINTS_KEY,
     INDICES_ACTION,
@@ -59,7 +54,7 @@ from strategies.collectives.allreduce.names import (
     TRAIN_VALUES,
     VALUES_ACTION,
 )
-from strategies.collectives.base import (
+from collectives.base import (
     ARRAYS,
     NOTHING,
     SHARED_INDEX_GAIN,
@@ -75,7 +70,7 @@ from strategies.collectives.base import (
     RoundPlan,
     Vector,
 )
-from strategies.collectives.program import (
+from collectives.program import (
     Defended,
     Phase,
     Program,
@@ -85,6 +80,11 @@ from strategies.collectives.program import (
     phase_replies,
     screen,
 )
+from common.settings import Settings
+from compress import ENCODINGS, SELECTORS
+from compress.base import sent_count
+from state.archive import StateError
+from state.fields import Fields
 from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
     RING,
