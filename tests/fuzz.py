@@ -38,7 +38,9 @@ from common.params import model_to_vector
 from common.settings import Settings, settings_with
 from server.build import build_strategy
 from server.checkpoint import CHECKPOINT_NAME
+from server.checkpoint import KIND as CHECKPOINT
 from server.records import read_rounds
+from state.archive import read_archive
 from testing.in_process import InProcessGrid, run_server_app
 from tests.helpers import Rounds, unit_clock
 from timing.devices import DeviceProfile
@@ -335,8 +337,7 @@ def _through_server_app(phase: str, mutate: object) -> tuple[np.ndarray, list[st
         )
         grid = MutatingGrid(settings, kind, target, mutate)
         run_server_app(grid)
-        with np.load(Path(out) / CHECKPOINT_NAME, allow_pickle=False) as checkpoint:
-            model = checkpoint["model"]
+        model = read_archive(Path(out) / CHECKPOINT_NAME, CHECKPOINT)["model"]["vector"]
         refused = read_rounds(Path(out))[1]["refused"]
     return model, refused, grid.hit
 
