@@ -58,7 +58,7 @@ def save_client_states(
         except ValueError as exc:
             node = reply.metadata.src_node_id
             log(WARNING, "edgeflex: node %d did not save its state: %s", node, exc)
-    written = sum(f.stat().st_size for f in directory.glob("*.state"))
+    written = sum(f.stat().st_size for f in directory.iterdir() if f.is_file())  # states only
     log(
         INFO,
         "edgeflex: round %d: %d clients saved their state (%.2f MB) in %.2f s",

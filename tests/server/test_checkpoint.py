@@ -4,6 +4,7 @@ against the same run uninterrupted."""
 
 import io
 import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -357,3 +358,16 @@ def test_a_resumed_run_takes_the_round_timeout_it_is_given(
     (checkpoint,) = read
     assert checkpoint.strategy.round_timeout_s == 30.0
     assert checkpoint.strategy.bounds.max_compress_s == 30.0
+
+
+def test_the_server_logs_the_bytes_its_clients_saved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What benchmarks.resume_cost reports: the size of the round's client state files."""
+    settings = _settings(f"{RESUMED['allgather']} num-server-rounds=2 checkpoint-every=2", tmp_path)
+    with caplog.at_level("INFO", logger="flwr"):
+        run_server_app(InProcessGrid(settings))
+    (logged,) = re.findall(r"3 clients saved their state \(([\d.]+) MB\)", caplog.text)
+    files = list((tmp_path / CLIENT_STATE_DIR / "round-2").iterdir())
+    assert len(files) == 3
+    assert float(logged) == round(sum(f.stat().st_size for f in files) / 1e6, 2) > 0
