@@ -7,7 +7,7 @@ about 200 MB that a process keeps until it ends. The edge agent lives for days o
     echo '{"run_config": {...}, "partition_id": 2}' | python -m client.data_process
 
 The child writes the partition as an ``.npz`` of two arrays to its stdout; the agent reads each
-with the project's one ``.npy`` reader (``wire.codec.read_npy``: no pickle, the header checked
+with the project's one ``.npy`` reader (``wire.codec.read_npz``: no pickle, the header checked
 before anything is allocated), and checks what it read as it checks anything from outside.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from common.data import ArrayData
-from wire.codec import PayloadError, read_npy
+from wire.codec import PayloadError, read_npz
 
 CHILD_TIMEOUT_S = 600.0  # a first import of the data libraries on a Pi takes tens of seconds
 
@@ -44,9 +44,10 @@ def partition_in_child(run_config: dict[str, Any], partition_id: int) -> ArrayDa
         raise RuntimeError(f"making partition {partition_id} failed: {' / '.join(tail)}")
     try:
         with zipfile.ZipFile(io.BytesIO(done.stdout)) as archive:
-            x, y = (read_npy(archive.read(f"{name}.npy"), name) for name in ("x", "y"))
-    except (zipfile.BadZipFile, KeyError, PayloadError) as exc:
+            arrays = read_npz(archive, ["x", "y"], len(done.stdout))
+    except (zipfile.BadZipFile, PayloadError) as exc:
         raise RuntimeError(f"the partition's child wrote no partition: {exc}") from None
+    x, y = arrays["x"], arrays["y"]
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
         raise RuntimeError(f"the partition's arrays have shapes {x.shape} and {y.shape}")
     return ArrayData(x=x.astype(np.float32, copy=False), y=y.astype(np.int64, copy=False))

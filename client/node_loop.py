@@ -26,6 +26,7 @@ from client.fleet import (
 )
 from client.node import LOCAL_DATA_KEY, keep_local_data, node_identity
 from common.settings import Settings
+from state.archive import StateError
 
 log = logging.getLogger("edgeflex.agent")
 
@@ -136,7 +137,7 @@ class Node:
             )
         try:
             self.device.save(context.run_id, context.state)
-        except OSError as exc:  # a full or failing card: the reply still goes
+        except (OSError, StateError) as exc:  # a full card, an undeclared entry: the reply goes
             log.error("could not keep the state: %s", exc)
         try:
             push_message(self.connection, reply, time.monotonic() - began)

@@ -13,7 +13,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from compress.base import Indices, Vector
-from compress.error_feedback import ErrorFeedback
+from compress.error_feedback import compensate
 from compress.gain import DEFAULT_GAIN_GRID, gain_curve
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.reports import Parameter, Report
@@ -71,7 +71,7 @@ def reports(
     out."""
     if not compression.reports:
         return {}
-    compensated = ErrorFeedback.from_state(state, update.size).compensate(update)
+    compensated = compensate(state, update)
     scale = 1.0
     if whole.size:
         compensated = np.delete(compensated, whole)

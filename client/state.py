@@ -30,7 +30,7 @@ from compress.error_feedback import RESIDUAL_KEY
 from state.archive import StateError, read_archive, write_archive
 from state.fields import Fields
 from state.vectors import VECTOR
-from wire.codec import raw_array, read_raw
+from wire.codec import raw_array, read_npy, read_raw
 from wire.fields import is_number
 from wire.keys import RAW_STYPE
 
@@ -60,7 +60,7 @@ def kept_entries() -> dict[str, str]:
 def _arrays_of(record: ArrayRecord) -> dict[str, dict[str, Any]]:
     """A record's arrays by how they travel: ``raw`` (wire.codec's, 1-D) and ``npy`` (Flower's)."""
     raw = {n: read_raw(record, n, a.dtype) for n, a in record.items() if a.stype == RAW_STYPE}
-    npy = {n: a.numpy() for n, a in record.items() if a.stype != RAW_STYPE}
+    npy = {n: read_npy(a.data, n) for n, a in record.items() if a.stype != RAW_STYPE}
     return {"raw": raw, "npy": npy}
 
 
@@ -101,7 +101,7 @@ def _arrays(key: str, kind: str, body: Mapping[str, Any]) -> ArrayRecord:
             raise StateError(f"{PART}: {key}: {how} is not a mapping of arrays")
         if how == "raw" and any(a.ndim != 1 for a in arrays.values()):
             raise StateError(f"{PART}: {key}: a raw array of more than one dimension")
-        out |= {name: make(np.ascontiguousarray(a)) for name, a in arrays.items()}
+        out |= {name: make(a) for name, a in arrays.items()}
     if kind == VECTOR_ENTRY:
         vector = out.get(VECTOR)
         if set(out) != {VECTOR} or vector is None or vector.dtype != "float32":
@@ -142,9 +142,6 @@ def write_state(path: Path, kind: str, state: RecordDict) -> None:
 def read_state(path: Path, kind: str) -> RecordDict:
     """The state in the ``kind`` file at ``path``; StateError naming the file and the fault."""
     try:
-        parts = read_archive(path, kind)
-        if set(parts) != {"state"}:
-            raise StateError(f"parts {', '.join(sorted(parts))}, not one state")
-        return load_state_dict(parts["state"])
+        return load_state_dict(read_archive(path, kind, parts=("state",))["state"])
     except StateError as exc:
         raise StateError(f"{path}: {exc}") from None

@@ -46,7 +46,7 @@ from collectives.base import (
     RoundPlan,
     Vector,
 )
-from collectives.program import Program, combine, exchange, finished, phase_replies
+from collectives.program import Program, combine, exchange, phase_replies
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS, low_rank
 from compress.error_feedback import ErrorFeedback
@@ -292,12 +292,8 @@ class PowerSgd(Collective):
 
     def program(self, plan: RoundPlan, participants: list[Participant]) -> Program:
         if not participants:
-            return finished(Aggregate([], None))
-        return self._exchange_q(plan, participants, self.shape(plan.ratio))
-
-    def _exchange_q(
-        self, plan: RoundPlan, participants: list[Participant], shape: FactorShape
-    ) -> Program:
+            return Aggregate([], None)
+        shape = self.shape(plan.ratio)
         sent: dict[int, Vector] = {}  # P_i, then the dense values
         for p in participants:
             assert isinstance(p.contribution, np.ndarray)

@@ -137,12 +137,6 @@ def combine(
     return answer
 
 
-def finished(aggregate: Aggregate) -> Program:
-    """A program with no further request: the round ends with the training replies."""
-    return aggregate
-    yield  # a generator all the same
-
-
 ReadReply = Callable[[Participant, Message], Vector]  # a phase reply's contribution, checked
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from common.settings import ConfigError
-from wire.codec import PayloadError, read_npy
+from wire.codec import PayloadError, read_npz
 
 MAX_DATA_BYTES = 1 << 36  # 64 GiB: an array claiming more is refused before it is read
 MAX_CLASSES = 1 << 16  # a label this large is a mistake, not a class of a model built here
@@ -68,25 +68,10 @@ def _features(path: Path, x: np.ndarray, count: int) -> tuple[np.ndarray, Shape]
     return flat, _shape_of(path, tuple(x.shape[1:]))
 
 
-def _members(archive: zipfile.ZipFile, names: list[str]) -> dict[str, np.ndarray]:
-    """The arrays ``names`` (members ``NAME.npy``), each read without pickle and checked
-    (wire.codec.read_npy); ValueError naming a missing or oversized one."""
-    arrays = {}
-    for name in names:
-        try:
-            info = archive.getinfo(f"{name}.npy")
-        except KeyError:
-            raise ValueError(f"no array {name!r} (has {archive.namelist()})") from None
-        if info.file_size > MAX_DATA_BYTES:
-            raise ValueError(f"{info.filename}: {info.file_size} bytes, over {MAX_DATA_BYTES}")
-        arrays[name] = read_npy(archive.read(info), info.filename)
-    return arrays
-
-
 def load_npz(path: Path) -> Loaded:
     try:
         with zipfile.ZipFile(path) as archive:
-            arrays = _members(archive, ["x", "y"])
+            arrays = read_npz(archive, ["x", "y"], MAX_DATA_BYTES)
     except (OSError, ValueError, PayloadError, zipfile.BadZipFile, EOFError) as exc:
         raise DataFileError(f"{path}: cannot read as .npz ({exc})") from exc
     except MemoryError:

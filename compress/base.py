@@ -92,6 +92,13 @@ class Selector(Protocol):
         ...
 
 
+def positions_outside(size: int, excluded: Indices) -> Indices:
+    """Ascending positions of a vector of ``size`` entries that are not in ``excluded``."""
+    pool = np.ones(size, dtype=bool)
+    pool[excluded] = False
+    return np.flatnonzero(pool)
+
+
 def sent_count(k: int, size: int, always: int) -> int:
     """Entries a reply carries: ``k`` chosen (at most the rest of the vector) and ``always``."""
     return min(k, size - always) + always

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from compress.base import Indices, SelectionSeed, Vector
+from compress.base import Indices, SelectionSeed, Vector, positions_outside
 
 
 class RandomK:
@@ -24,8 +24,6 @@ class RandomK:
         return self.drawn(e.size, k, whole, seed)
 
     def drawn(self, size: int, k: int, whole: Indices, seed: SelectionSeed) -> Indices:
-        pool = np.ones(size, dtype=bool)
-        pool[whole] = False
-        candidates = np.flatnonzero(pool)
+        candidates = positions_outside(size, whole)
         chosen = seed.generator().choice(candidates, size=min(k, candidates.size), replace=False)
         return np.union1d(chosen.astype(np.int64), whole)

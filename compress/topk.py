@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from compress.base import Indices, SelectionSeed, Vector
+from compress.base import Indices, SelectionSeed, Vector, positions_outside
 
 _SAMPLE = 16384
 _SMALL = 1 << 15
@@ -64,9 +64,7 @@ def topk_outside(x: NDArray[np.float32], k: int, excluded: NDArray[np.int64]) ->
     most all of them): where a model's buffers, sent whole every round, must not take slots."""
     if excluded.size == 0:
         return topk_indices(x, k)
-    pool = np.ones(x.size, dtype=bool)
-    pool[excluded] = False
-    candidates = np.flatnonzero(pool)
+    candidates = positions_outside(x.size, excluded)
     if candidates.size == 0:
         return candidates
     return candidates[topk_indices(x[candidates], min(k, candidates.size))]

@@ -33,8 +33,7 @@ from strategies.policies.collective import (
     run_collectives,
 )
 from strategies.policies.lr import LearningRates
-from strategies.policies.ratio import RatioPolicy
-from strategies.policies.ratio import ratio_policy as build_ratio_policy
+from strategies.policies.ratio import ratio_policy
 from strategies.policies.robust import DEFENCES
 from strategies.policies.round_times import RoundTimes
 from strategies.policies.server_optimizer import (
@@ -52,13 +51,6 @@ from timing.clock import ServerLink, VirtualClock
 from timing.devices import load_catalog
 from timing.network import load_schedule
 from wire.layout import Layout
-
-
-def ratio_policy(settings: Settings) -> RatioPolicy:
-    """The run's ratio policy (strategies/policies/ratio.py), given the collectives whose gain
-    the schedules model."""
-    modelled = tuple(n for n in run_collectives(settings) if COLLECTIVES[n].gain)
-    return build_ratio_policy(settings, modelled)
 
 
 def server_optimizer(settings: Settings, buffers: Indices) -> ServerOptimizer:
@@ -203,7 +195,6 @@ class RunParts:
     workload: Workload
     test: ArrayData
     validation: ArrayData | None
-    clock: VirtualClock
     strategy: EdgeStrategy
 
     @property
@@ -237,4 +228,4 @@ def build_run(settings: Settings) -> RunParts:
     )
     statistics = STATISTICS[settings.training.batch_norm_statistics](model, validation)
     strategy = build_strategy(settings, clock, layout, buffer_positions(model), statistics)
-    return RunParts(model, layout, workload, test, validation, clock, strategy)
+    return RunParts(model, layout, workload, test, validation, strategy)

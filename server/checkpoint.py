@@ -94,7 +94,7 @@ def differing_keys(written: Mapping[str, Any], now: Mapping[str, Any]) -> list[s
     return sorted(k for k in keys if written.get(k) != now.get(k))
 
 
-def _run_part(state: object, path: Path) -> tuple[int, dict[str, Any], list[Any], float, float]:
+def _run_part(state: object) -> tuple[int, dict[str, Any], list[Any], float, float]:
     fields = Fields("run", state, RUN_SCHEMA)
     server_round = fields.integer("round", least=1)
     config, rows = fields.raw("config"), fields.raw("rows")
@@ -127,10 +127,8 @@ def read_checkpoint(location: Path, config: Mapping[str, Any], fresh: EdgeStrate
             raise ConfigError(f"resume-from: no checkpoint at {path}")
         path = pickled  # refused below, by its content
     try:
-        parts = read_archive(path, KIND)
-        if set(parts) != {"run", "model", "strategy"}:
-            raise StateError(f"parts {', '.join(sorted(parts))}, not run, model and strategy")
-        server_round, written, rows, accuracy, loss = _run_part(parts["run"], path)
+        parts = read_archive(path, KIND, parts=("run", "model", "strategy"))
+        server_round, written, rows, accuracy, loss = _run_part(parts["run"])
         differ = differing_keys(written, config)
         if differ:
             shown = ", ".join(

@@ -15,8 +15,11 @@ missing, another kind of file, another version of the layout.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import re
+import typing
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,7 +89,8 @@ def _digest(manifest: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> 
     for key in sorted(arrays):
         array = np.ascontiguousarray(arrays[key])
         digest.update(f"{key} {array.dtype.str} {array.shape}".encode())
-        digest.update(array.tobytes())
+        if array.size:  # its buffer, not a copy (an empty one cannot be cast)
+            digest.update(array.data.cast("B"))
     return digest.hexdigest()
 
 
@@ -116,55 +120,8 @@ def write_archive(
     atomic_write(path, write, durable=not scratch)
 
 
-def _members(path: Path) -> tuple[dict[str, Any], dict[str, NDArray[Any]]]:
-    with zipfile.ZipFile(path) as archive:
-        members = {info.filename: info for info in archive.infolist()}
-        info = members.pop(MANIFEST, None)
-        if info is None:
-            raise StateError(f"no {MANIFEST}")
-        for each in [info, *members.values()]:
-            if each.compress_type != zipfile.ZIP_STORED:
-                raise StateError(f"{each.filename} is compressed (members are stored)")
-        if info.file_size > MAX_MANIFEST_BYTES:
-            raise StateError(f"a {MANIFEST} of {info.file_size} bytes")
-        manifest = json.loads(archive.read(info))
-        arrays = {}
-        for name, each in members.items():
-            if not MEMBER.match(name):
-                raise StateError(f"a member {name!r} that is not one of its arrays")
-            arrays[name.removesuffix(".npy")] = read_npy(archive.read(each), name)
-    return manifest, arrays
-
-
-def read_archive(path: Path, kind: str, *, scratch: bool = False) -> dict[str, Any]:
-    """The parts of the ``kind`` file at ``path`` (name -> a tree of plain values and arrays,
-    for the parts' ``load_state_dict``); StateError naming what is wrong (the caller names
-    the file)."""
-    try:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise StateError(f"cannot be read: {exc}") from None
-    if magic[:1] == b"\x80":
-        raise StateError("a pickle, which runs code when it is read: never read")
-    if magic != ZIP_MAGIC:
-        raise StateError("not an edgeflex state file (not a zip archive)")
-    try:
-        manifest, arrays = _members(path)
-    except StateError:
-        raise
-    except (
-        zipfile.BadZipFile,
-        PayloadError,
-        ValueError,
-        RecursionError,
-        EOFError,
-        OSError,
-        RuntimeError,
-        NotImplementedError,
-        MemoryError,
-    ) as exc:  # RuntimeError: encrypted
-        raise StateError(f"not a readable edgeflex state file: {exc}") from None
+def _check_manifest(manifest: Any, kind: str) -> None:
+    """The layout and kind the manifest claims: checked before any array is read."""
     if isinstance(manifest, dict) and "edgeflex-checkpoint" in manifest:
         raise StateError(
             f"a checkpoint of an older edgeflex (checkpoint format "
@@ -179,14 +136,80 @@ def read_archive(path: Path, kind: str, *, scratch: bool = False) -> dict[str, A
         raise StateError(f"written by {age} edgeflex (layout {written}, this one reads {LAYOUT})")
     if manifest.get("kind") != kind:
         raise StateError(f"a {manifest.get('kind')!r} file, not a {kind!r} file")
+
+
+def _members(
+    fh: IO[bytes], total: int, kind: str
+) -> tuple[dict[str, Any], dict[str, NDArray[Any]]]:
+    with zipfile.ZipFile(fh) as archive:
+        members = {info.filename: info for info in archive.infolist()}
+        info = members.pop(MANIFEST, None)
+        if info is None:
+            raise StateError(f"no {MANIFEST}")
+        for each in [info, *members.values()]:
+            if each.compress_type != zipfile.ZIP_STORED:
+                raise StateError(f"{each.filename} is compressed (members are stored)")
+            if each.file_size > total:  # stored: no member is larger than the file
+                raise StateError(f"{each.filename} claims {each.file_size} bytes of {total}")
+        if info.file_size > MAX_MANIFEST_BYTES:
+            raise StateError(f"a {MANIFEST} of {info.file_size} bytes")
+        manifest = json.loads(archive.read(info))
+        _check_manifest(manifest, kind)
+        arrays = {}
+        for name, each in members.items():
+            if not MEMBER.match(name):
+                raise StateError(f"a member {name!r} that is not one of its arrays")
+            data = bytearray(each.file_size)  # the arrays are views of it, writable
+            with archive.open(each) as member:
+                if typing.cast(io.BufferedIOBase, member).readinto(data) != each.file_size:
+                    raise StateError(f"{name} is cut short")
+            arrays[name.removesuffix(".npy")] = read_npy(data, name)
+    return manifest, arrays
+
+
+def read_archive(
+    path: Path, kind: str, *, parts: tuple[str, ...] | None = None, scratch: bool = False
+) -> dict[str, Any]:
+    """The parts of the ``kind`` file at ``path`` (name -> a tree of plain values and arrays,
+    for the parts' ``load_state_dict``), exactly ``parts`` where given; StateError naming what
+    is wrong (the caller names the file). The arrays are writable and the file's own."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise StateError(f"cannot be read: {exc}") from None
+    with fh:
+        magic = fh.read(4)
+        if magic[:1] == b"\x80":
+            raise StateError("a pickle, which runs code when it is read: never read")
+        if magic != ZIP_MAGIC:
+            raise StateError("not an edgeflex state file (not a zip archive)")
+        fh.seek(0)
+        try:
+            manifest, arrays = _members(fh, os.fstat(fh.fileno()).st_size, kind)
+        except StateError:
+            raise
+        except (
+            zipfile.BadZipFile,
+            PayloadError,
+            ValueError,
+            RecursionError,
+            EOFError,
+            OSError,
+            RuntimeError,
+            NotImplementedError,
+            MemoryError,
+        ) as exc:  # RuntimeError: encrypted
+            raise StateError(f"not a readable edgeflex state file: {exc}") from None
     expected = None if scratch else _digest(manifest, arrays)
     if manifest.get("sha256") != expected:
         raise StateError("does not match its SHA-256: it was changed")
-    parts = manifest.get("parts")
-    if not isinstance(parts, dict):
+    trees = manifest.get("parts")
+    if not isinstance(trees, dict):
         raise StateError(f"no parts in {MANIFEST}")
+    if parts is not None and set(trees) != set(parts):
+        raise StateError(f"parts {', '.join(sorted(trees))}, not {', '.join(parts)}")
     used: set[str] = set()
-    read = {name: _unpack(tree, arrays, used, name) for name, tree in parts.items()}
+    read = {name: _unpack(tree, arrays, used, name) for name, tree in trees.items()}
     if set(arrays) - used:
         raise StateError(f"arrays nobody reads: {', '.join(sorted(set(arrays) - used))}")
     return read

@@ -109,8 +109,11 @@ class Fields:
                 raise StateError(f"{self.part}: {key}[{k}]: {exc}") from None
         return out
 
-    def array(self, key: str, dtype: str, shape: tuple[int | None, ...] = (None,)) -> NDArray[Any]:
-        """An array of ``dtype`` and ``shape`` (None: any length on that axis); a copy."""
+    def array(
+        self, key: str, dtype: str, shape: tuple[int | None, ...] = (None,), copy: bool = True
+    ) -> NDArray[Any]:
+        """An array of ``dtype`` and ``shape`` (None: any length on that axis); a copy unless
+        ``copy`` is False (an array read from a file is the reader's own)."""
         value = self._get(key)
         if not isinstance(value, np.ndarray):
             raise StateError(f"{self.part}: {key} is not an array")
@@ -121,7 +124,16 @@ class Fields:
         )
         if not fits:
             raise StateError(f"{self.part}: {key} has shape {value.shape}, expected {shape}")
-        return value.copy()
+        return value.copy() if copy else value
+
+    def optional_indices(self, key: str, size: int) -> NDArray[np.int64] | None:
+        """Strictly ascending int64 positions in a vector of ``size`` entries, or None."""
+        indices = self.optional_array(key, "int64")
+        if indices is not None:
+            inside = not indices.size or (indices[0] >= 0 and indices[-1] < size)
+            if not inside or np.any(np.diff(indices) <= 0):
+                raise StateError(f"{self.part}: {key} is not ascending indices in 0..{size - 1}")
+        return indices
 
     def optional_array(
         self, key: str, dtype: str, shape: tuple[int | None, ...] = (None,)

@@ -227,11 +227,9 @@ def read_stored(state: RecordDict, key: str) -> Vector:
     if not path.exists():
         raise StateError(f"{path}, which holds {key!r}, is missing")
     try:
-        parts = read_archive(path, KIND, scratch=True)
-        if set(parts) != {"stored"}:
-            raise StateError(f"parts {', '.join(sorted(parts))}, not one stored vector")
-        fields = Fields(f"stored {key}", parts["stored"], VECTOR_SCHEMA)
-        vector = fields.array("vector", "float32", (entries,))
+        stored = read_archive(path, KIND, parts=("stored",), scratch=True)["stored"]
+        fields = Fields(f"stored {key}", stored, VECTOR_SCHEMA)
+        vector = fields.array("vector", "float32", (entries,), copy=False)  # the file's own
         fields.done()
     except StateError as exc:
         raise StateError(f"{path}: {exc}") from None

@@ -108,7 +108,7 @@ class Replicas:
         fields = Fields("replicas", state, self.STATE_SCHEMA)
         self.version = fields.integer("version", least=0)
         self._holds = fields.int_map("holds", lambda v: _version(v, self.version))
-        indices = fields.optional_array("delta_indices", "int64")
+        indices = fields.optional_indices("delta_indices", size)
         values = fields.optional_array("delta_values", "float32")
         self.last_delta = _sparse(indices, values, size)
         compact = fields.raw("compact")
@@ -179,15 +179,14 @@ def _version(value: object, current: int) -> int:
 def _sparse(
     indices: NDArray[np.int64] | None, values: NDArray[np.float32] | None, size: int
 ) -> Sparse | None:
-    """The last delta, checked: both arrays or neither, ascending indices in the model, one
+    """The last delta, checked: both arrays or neither (the indices checked as read), one
     finite value each."""
     if indices is None or values is None:
         if indices is not None or values is not None:
             raise StateError("replicas: delta_indices and delta_values come together")
         return None
-    in_range = not indices.size or (indices[0] >= 0 and indices[-1] < size)
-    if not in_range or np.any(np.diff(indices) <= 0) or values.shape != indices.shape:
-        raise StateError(f"replicas: the delta is not ascending indices in 0..{size - 1}")
+    if values.shape != indices.shape:
+        raise StateError("replicas: delta_values is not one value per index")
     if not np.all(np.isfinite(values)):
         raise StateError("replicas: the delta's values are not finite")
     return Sparse(indices, values, size)

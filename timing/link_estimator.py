@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from state.fields import Fields, int_keys
+from wire.fields import is_integer, is_number
 
 UP, DOWN = "up", "down"
 
@@ -28,6 +29,18 @@ class LinkEstimate:
     latency_s: float
     uplink_bytes_per_s: float
     downlink_bytes_per_s: float
+
+    def as_row(self) -> list[float]:
+        """As state: [latency, uplink, downlink]."""
+        return [self.latency_s, self.uplink_bytes_per_s, self.downlink_bytes_per_s]
+
+    @classmethod
+    def from_row(cls, row: Any) -> LinkEstimate:
+        """``as_row``'s list read back, checked (ValueError naming it)."""
+        ok = isinstance(row, list) and len(row) == 3 and _finite(row[0]) and row[0] >= 0
+        if not ok or not all(_positive(v) for v in row[1:]):
+            raise ValueError(f"{row!r} is not [latency >= 0, uplink > 0, downlink > 0]")
+        return cls(float(row[0]), float(row[1]), float(row[2]))
 
 
 @dataclass(frozen=True)
@@ -92,12 +105,7 @@ class LinkEstimator:
                     for c, h in self._observations.items()
                 }
             ),
-            "estimates": int_keys(
-                {
-                    c: [e.latency_s, e.uplink_bytes_per_s, e.downlink_bytes_per_s]
-                    for c, e in self._estimates.items()
-                }
-            ),
+            "estimates": int_keys({c: e.as_row() for c, e in self._estimates.items()}),
             "surprises": int_keys(self._surprises),
         }
 
@@ -110,7 +118,7 @@ class LinkEstimator:
             return deque((_observation(row) for row in rows), maxlen=self.window)
 
         self._observations = fields.int_map("observations", history)
-        self._estimates = fields.int_map("estimates", _estimate)
+        self._estimates = fields.int_map("estimates", LinkEstimate.from_row)
         self._surprises = fields.int_map("surprises", _count)
         fields.done()
 
@@ -122,21 +130,14 @@ def _observation(row: Any) -> _Observation:
     return _Observation(row[0], row[1], float(row[2]))
 
 
-def _estimate(row: Any) -> LinkEstimate:
-    ok = isinstance(row, list) and len(row) == 3
-    if not ok or not _finite(row[0]) or row[0] < 0 or not all(_positive(v) for v in row[1:]):
-        raise ValueError(f"{row!r} is not [latency >= 0, uplink > 0, downlink > 0]")
-    return LinkEstimate(float(row[0]), float(row[1]), float(row[2]))
-
-
 def _count(value: Any) -> int:
-    if not _positive_int(value) and value != 0:
+    if not (is_integer(value) and value >= 0):
         raise ValueError(f"{value!r} is not a count")
-    return int(value)
+    return value
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def _positive(value: Any) -> bool:
@@ -144,7 +145,7 @@ def _positive(value: Any) -> bool:
 
 
 def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_integer(value) and value > 0
 
 
 def _predict(estimate: LinkEstimate, observation: _Observation) -> float:

@@ -9,6 +9,7 @@ peer could get wrong and raises ``PayloadError`` naming it.
 from __future__ import annotations
 
 import math
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from io import BytesIO
@@ -89,12 +90,12 @@ _NPY_HEADERS = {
 }
 
 
-def read_npy(data: bytes, name: str) -> NDArray[np.generic]:
+def read_npy(data: bytes | bytearray, name: str) -> NDArray[np.generic]:
     """The ``.npy`` array ``data`` holds, checked before anything is allocated: a header NumPy
     writes, no Python objects, and exactly the data bytes the header claims (a header may claim
     any shape, and NumPy would allocate it before reading). ``PayloadError`` names ``name`` and
-    what is wrong. A read-only view of ``data``. The one reader of ``.npy`` bytes: a message's
-    arrays (``load_numpy``) and the arrays of a state file (``state/archive.py``)."""
+    what is wrong. A view of ``data`` (read-only for bytes). The one reader of ``.npy`` bytes:
+    a message's arrays (``load_numpy``) and the arrays of a state file (``state/archive.py``)."""
     stream = BytesIO(data)
     try:
         header = _NPY_HEADERS[np.lib.format.read_magic(stream)](stream)
@@ -109,6 +110,23 @@ def read_npy(data: bytes, name: str) -> NDArray[np.generic]:
         raise PayloadError(f"array {name!r} carries {held} data bytes, expected {claimed}")
     values = np.frombuffer(data, dtype=dtype, offset=stream.tell())
     return values.reshape(shape, order="F" if fortran_order else "C")
+
+
+def read_npz(
+    archive: zipfile.ZipFile, names: list[str], max_bytes: int
+) -> dict[str, NDArray[np.generic]]:
+    """The arrays ``names`` of an ``.npz`` (members ``NAME.npy``), each read with ``read_npy``;
+    PayloadError naming a missing one or one of more than ``max_bytes``."""
+    arrays = {}
+    for name in names:
+        try:
+            info = archive.getinfo(f"{name}.npy")
+        except KeyError:
+            raise PayloadError(f"no array {name!r} (has {archive.namelist()})") from None
+        if info.file_size > max_bytes:
+            raise PayloadError(f"{info.filename}: {info.file_size} bytes, over {max_bytes}")
+        arrays[name] = read_npy(archive.read(info), info.filename)
+    return arrays
 
 
 def load_numpy(

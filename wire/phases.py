@@ -12,7 +12,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from numpy.typing import NDArray
 
-from wire.codec import PayloadError, decode_indices, indices_record
+from wire.codec import PayloadError, array_record, decode_indices, indices_record
 from wire.fields import config_record, integer, number, within
 from wire.keys import (
     COMPRESS_S,
@@ -81,7 +81,7 @@ class PhaseReply:
     @staticmethod
     def sparse_of(content: RecordDict) -> ArrayRecord:
         only_known(content, frozenset({SPARSE_KEY}), frozenset({COMPRESS_S, *MEASURED_METRICS}))
-        return required_sparse(content.array_records.get(SPARSE_KEY))
+        return array_record(content, SPARSE_KEY)
 
 
 def required_sparse(record: ArrayRecord | None) -> ArrayRecord:

@@ -83,7 +83,6 @@ from collectives.program import (
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS
 from compress.base import sent_count
-from state.archive import StateError
 from state.fields import Fields
 from timing.cost import (
     MESSAGE_OVERHEAD_BYTES,
@@ -193,12 +192,7 @@ class Allreduce(Collective):
 
     def load_state_dict(self, state: object) -> None:
         fields = Fields(f"collective {self.name}", state, self.STATE_SCHEMA)
-        index_set = fields.optional_array("index_set", "int64")
-        if index_set is not None:
-            in_model = not index_set.size or (index_set[0] >= 0 and index_set[-1] < self.size)
-            if not in_model or np.any(np.diff(index_set) <= 0):
-                raise StateError(f"collective {self.name}: index_set not ascending in the model")
-        self._index_set = index_set
+        self._index_set = fields.optional_indices("index_set", self.size)
         self.caught = set(fields.integers("caught"))
         self.index_policy.load_state_dict(fields.raw("index_policy"), self.size)
         fields.done()
@@ -208,6 +202,12 @@ class Allreduce(Collective):
         if self.index_set_drawn:
             return plan.selector.drawn(plan.size, plan.k, self.whole, plan.seed_of())
         return self._index_set
+
+    def _round_set_size(self, plan: RoundPlan) -> int | None:
+        """The size of ``_round_index_set``, without drawing it again for every reply."""
+        if self.index_set_drawn:
+            return sent_count(plan.k, plan.size, self.whole.size)
+        return None if self._index_set is None else self._index_set.size
 
     def round_records(self, ratio: float) -> dict[str, ArrayRecord]:
         if self._index_set is None:
@@ -234,10 +234,10 @@ class Allreduce(Collective):
         claim = reply.collective_metrics.get(TOPK_NORM2)
         if claim is not None and not claim >= 0.0:
             raise ValueError(f"topk-norm2 {claim!r} is not a non-negative number")
-        index_set = self._round_index_set(plan)
-        if index_set is not None:
+        count = self._round_set_size(plan)
+        if count is not None:
             self._hints_of(reply, plan)  # checked now: a bad hint refuses the reply
-            return plan.encoding.decode(required_sparse(reply.sparse), index_set.size)
+            return plan.encoding.decode(required_sparse(reply.sparse), count)
         if claim is None:
             raise ValueError("topk-norm2 None is not a non-negative number")
         return None  # values come in the value phase

@@ -13,15 +13,14 @@ import difflib
 import importlib
 import re
 import tomllib
-import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from common.settings.renamed import RENAMED_KEYS
-from common.settings.schema import Settings, key
+from common.settings.schema import SECTION_OF, Settings, key
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,11 +48,6 @@ TABLES = {
 }
 REFERENCES = frozenset({"model"})  # keys that also take "package.module:attribute"
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-SECTION_OF = {
-    name: section
-    for section, info in Settings.model_fields.items()
-    for name in typing.cast(type[BaseModel], info.annotation).model_fields
-}
 
 
 class ConfigError(ValueError):
@@ -101,7 +95,7 @@ def _value_error(error: Mapping[str, Any]) -> str:
 
 
 def _key_errors(run_config: Mapping[str, Any]) -> list[str]:
-    allowed = [key(name) for name in SECTION_OF]
+    allowed = Settings.keys()
     errors = []
     for name in sorted(set(run_config) - set(allowed)):
         if name in RENAMED_KEYS:

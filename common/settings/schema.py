@@ -276,14 +276,18 @@ class Settings(Section):
     @classmethod
     def keys(cls) -> list[str]:
         """Every run-config key, kebab-case, in the schema's order."""
-        return [
-            key(name)
-            for part in cls.model_fields.values()
-            for name in typing.cast(type[BaseModel], part.annotation).model_fields
-        ]
+        return [key(name) for name in SECTION_OF]
 
     def to_run_config(self) -> dict[str, Any]:
         """The flat run config of these settings, kebab-case keys in the schema's order."""
         return {
             key(name): value for part in self.model_dump().values() for name, value in part.items()
         }
+
+
+# field -> the section that holds it, in the schema's order
+SECTION_OF = {
+    name: section
+    for section, info in Settings.model_fields.items()
+    for name in typing.cast(type[BaseModel], info.annotation).model_fields
+}

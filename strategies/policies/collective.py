@@ -44,6 +44,11 @@ def run_collectives(settings: Settings) -> tuple[str, ...]:
     return tuple(name for name in COLLECTIVES if name in names)
 
 
+def modelled_collectives(settings: Settings) -> tuple[str, ...]:
+    """The run's collectives whose statistical efficiency the ratio schedules model."""
+    return tuple(name for name in run_collectives(settings) if COLLECTIVES[name].gain)
+
+
 def compressed(settings: Settings) -> bool:
     """Whether the run's rounds compress (auto chooses among compressed collectives only)."""
     chosen = settings.collective.collective

@@ -27,7 +27,6 @@ from state.fields import Fields
 from strategies.policies.pareto import SELECTIONS, Curve, RatioProblem, solve
 from timing.cost import LinkLike
 from timing.link_estimator import LinkEstimate
-from wire.fields import is_number
 
 
 class GainModel:
@@ -353,8 +352,8 @@ class Nsga2Schedule:
 
 
 def _link(row: object) -> LinkEstimate:
-    """A link as the last solve saw it: [latency, uplink, downlink], checked."""
-    numbers = isinstance(row, list) and len(row) == 3 and all(is_number(v) for v in row)
-    if not numbers or row[0] < 0 or not (row[1] > 0 and row[2] > 0):  # type: ignore[index]
-        raise StateError(f"NSGA-II schedule: links_at_solve holds {row!r}, not a link")
-    return LinkEstimate(float(row[0]), float(row[1]), float(row[2]))  # type: ignore[index]
+    """A link as the last solve saw it, checked."""
+    try:
+        return LinkEstimate.from_row(row)
+    except ValueError:
+        raise StateError(f"NSGA-II schedule: links_at_solve holds {row!r}, not a link") from None

@@ -14,12 +14,11 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from collectives import COLLECTIVES
 from collectives.base import Aggregate, Participant
 from common.settings import Settings
 from compress.topk import TopK
 from state.fields import Fields, Stateless
-from strategies.policies.collective import compressed, run_collectives
+from strategies.policies.collective import compressed, modelled_collectives
 from strategies.policies.round_times import RoundTimes
 from wire.keys import GAIN_GRID, RESIDUAL_SHARE
 from wire.train_instruction import CompressionConfig
@@ -252,11 +251,12 @@ FIXED, NSGA2 = "fixed", "nsga2"
 CR_SCHEDULES: dict[str, RatioPolicyClass] = {FIXED: FixedRatio, NSGA2: Nsga2Ratio}
 
 
-def ratio_policy(settings: Settings, modelled: tuple[str, ...]) -> RatioPolicy:
+def ratio_policy(settings: Settings) -> RatioPolicy:
     """Dense rounds send everything; adaptive-delta > 0 (ScaDLES) replaces the cr-schedule;
     sparsity-warmup-rounds wraps either."""
     if not compressed(settings):
         return FixedRatio(1.0)
+    modelled = modelled_collectives(settings)
     policy: RatioPolicy
     if settings.ratio.adaptive_delta > 0:
         policy = AdaptiveRatio.from_settings(settings, modelled)
@@ -283,8 +283,7 @@ def check(settings: Settings) -> list[str]:
             f"collective = {collective!r}, cr-schedule = {schedule!r})"
         )
     if compressed(settings) and schedule == NSGA2:
-        modelled = [name for name in run_collectives(settings) if COLLECTIVES[name].gain]
-        if not modelled:
+        if not modelled_collectives(settings):
             errors.append(
                 f"cr-schedule = {NSGA2!r} weighs a collective's gain, which collective = "
                 f"{collective!r} has no model of"
