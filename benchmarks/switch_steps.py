@@ -22,9 +22,8 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import settings_with
 from server.build import build_strategy
-from strategies.ledger import RoundStats
 from strategies.round_state import RoundState
-from testing.in_process import InProcessGrid, train_in_process
+from testing.in_process import InProcessGrid, Rounds, train_in_process
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from wire.codec import Sparse
@@ -73,12 +72,8 @@ def main() -> None:
 
     strategy._apply = measured  # type: ignore[method-assign]
     last = args.at + 10
-    recorded: dict[int, RoundStats] = {}
-
-    def keep(stats: RoundStats, arrays: object, metrics: object, end: bool) -> None:
-        recorded[stats.round] = stats
-
-    train_in_process(strategy, settings, model, InProcessGrid(settings), last, after_round=keep)
+    recorded = Rounds()
+    train_in_process(strategy, settings, model, InProcessGrid(settings), last, after_round=recorded)
     print("| round | collective | step norm | train loss |")
     print("|---|---|---|---|")
     for r in range(args.at - 4, last + 1):

@@ -7,6 +7,7 @@ the server. Used to drive ``Strategy.start`` through whole rounds in a unit test
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -18,6 +19,7 @@ from common.params import model_to_vector
 from common.settings import Settings
 from server import app as server_app
 from strategies.edge import AfterRound, EdgeStrategy
+from strategies.ledger import RoundStats
 from wire.layout import Layout
 
 
@@ -92,6 +94,13 @@ def run_server_app(grid: InProcessGrid) -> None:
         run_config=grid.settings.to_run_config(),
     )
     server_app.main(grid, context)  # type: ignore[arg-type]
+
+
+class Rounds(dict[int, RoundStats]):
+    """Each round's figures as ``EdgeStrategy.start`` hands them to ``after_round``."""
+
+    def __call__(self, stats: RoundStats, arrays: Any, metrics: Any, last: bool) -> None:
+        self[stats.round] = stats
 
 
 def train_in_process(

@@ -31,24 +31,18 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
 from client.node import LOCAL_DATA_KEY
-from common.data import DIGITS_SPEC, client_partition
+from common.data import client_partition
 from common.flower_patches import set_task_identity
-from common.models import build_model
-from common.params import model_to_vector
 from common.settings import Settings, settings_with
-from server.build import build_strategy
 from server.checkpoint import CHECKPOINT_NAME
 from server.checkpoint import KIND as CHECKPOINT
 from server.records import read_rounds
 from state.archive import read_archive
 from testing.in_process import InProcessGrid, run_server_app
-from tests.helpers import Rounds, unit_clock
-from timing.devices import DeviceProfile
-from wire.layout import Layout
+from tests.helpers import run_in_process
 from wire.packing import is_packed, pack, unpack
 
 DROPPED_WAIT_S = 2.0  # through the ServerApp: how long a round waits for a reply not coming
-PROFILE = DeviceProfile("p", 1000.0, 0.0, 1e6, 2e6, 0.01)
 BASE = {"num_clients": 3, "batch_size": 16, "learning_rate": 0.3, "seed": 5}
 # mode -> settings; phase -> (mode, message type, whose reply: a node id or "leader")
 MODES: dict[str, dict[str, object]] = {
@@ -345,18 +339,9 @@ def _through_server_app(phase: str, mutate: object) -> tuple[np.ndarray, list[st
 def _through_strategy(phase: str, mutate: object) -> tuple[np.ndarray, list[str], int | None]:
     mode, kind, target = PHASES[phase]
     settings = settings_with(**(BASE | MODES[mode]))
-    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
-    layout = Layout.of_model(model)
-    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, kind, target, mutate)
-    rounds = Rounds()
-    result = strategy.start(
-        grid=grid,  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=2,
-        after_round=rounds,
-    )
-    return layout.flatten(result.arrays), rounds[2].refused, grid.hit
+    model, _, _, rounds = run_in_process(settings, 2, grid)
+    return model, rounds[2].refused, grid.hit
 
 
 THROUGH = {"server-app": _through_server_app, "strategy": _through_strategy}

@@ -4,16 +4,18 @@ and waits and checks for local federations' processes."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
+import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, Metadata, RecordDict
 
 from collectives.base import ClientJob
@@ -23,10 +25,16 @@ from common.models import build_model
 from common.params import buffer_positions
 from common.settings import Settings, settings_with
 from compress import ENCODINGS, SELECTORS
+from server import build as server_build
 from server.build import build_strategy
 from strategies.edge import EdgeStrategy
 from strategies.ledger import RoundStats
-from testing.in_process import InProcessGrid, train_in_process
+from testing.in_process import (  # Rounds: re-exported for the tests
+    InProcessGrid,
+    Rounds,
+    run_server_app,
+    train_in_process,
+)
 from timing.clock import VirtualClock
 from timing.devices import DeviceProfile
 from timing.network import TRACE_COLUMNS, NetworkSchedule
@@ -100,13 +108,6 @@ def make_strategy(clock: Any, layout: Any, **overrides: Any) -> Any:
     from server.build import build_strategy
 
     return build_strategy(settings_with(**overrides), clock, layout)
-
-
-class Rounds(dict[int, RoundStats]):
-    """Each round's figures as ``EdgeStrategy.start`` hands them to ``after_round``."""
-
-    def __call__(self, stats: RoundStats, arrays: Any, metrics: Any, last: bool) -> None:
-        self[stats.round] = stats
 
 
 def last_round(strategy: EdgeStrategy) -> RoundStats:
@@ -195,6 +196,41 @@ def run_in_process(
     seen = Rounds()
     arrays = train_in_process(strategy, settings, model, grid, rounds, after_round=seen)
     return layout.flatten(arrays), strategy, grid, seen
+
+
+# --- where the code reaches inside Flower ----------------------------------------------------
+
+# Flower's internals are changed in this module only (tests/test_shape.py); its writes are the
+# patches, listed in its PATCHES (tests/test_flower_boundary.py).
+PATCHES_MODULE = "common/flower_patches.py"
+
+
+def names_imported_from(tree: ast.AST, source: Callable[[str], bool]) -> set[str]:
+    """The names ``tree``'s ``from M import ...`` statements bind (an alias: its ``as`` name),
+    for every module M that ``source`` accepts."""
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and source(node.module)
+        for alias in node.names
+    }
+
+
+def run_server_app_spying_build(settings: Settings) -> list[tuple[tuple[Any, ...], EdgeStrategy]]:
+    """The real ServerApp over an in-process grid for ``settings``, with each call it made to
+    ``server.build.build_strategy``: the arguments (``build_strategy(*args)`` builds that
+    strategy afresh) and the strategy built."""
+    built: list[tuple[tuple[Any, ...], EdgeStrategy]] = []
+
+    def spy(*args: Any) -> EdgeStrategy:
+        strategy = build_strategy(*args)
+        built.append((args, strategy))
+        return strategy
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(server_build, "build_strategy", spy)
+        run_server_app(InProcessGrid(settings))
+    return built
 
 
 # --- a two-array model, replies made by hand -------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from common import flower_patches
 from common.flower_patches import PATCHES, SUPPORTED_FLWR
+from tests.helpers import PATCHES_MODULE, names_imported_from
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -27,7 +28,6 @@ PUBLIC = {
     "flwr.serverapp.strategy",
     "flwr.simulation",
 }
-PATCHES_MODULE = "common/flower_patches.py"  # its writes are the patches, listed in PATCHES
 
 
 def _flower(module: str) -> bool:
@@ -40,10 +40,9 @@ def reach(source: str) -> tuple[set[str], set[str]]:
     assignment or ``setattr``."""
     tree = ast.parse(source)
     private: set[str] = set()
-    from_flower: set[str] = set()
+    from_flower = names_imported_from(tree, _flower)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and _flower(node.module):
-            from_flower |= {alias.asname or alias.name for alias in node.names}
             if node.module not in PUBLIC:
                 private.add(node.module)
         elif isinstance(node, ast.Import):

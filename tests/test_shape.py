@@ -14,6 +14,7 @@ from types import FunctionType
 import pytest
 
 from common.settings import PROJECT_ROOT, TABLES
+from tests.helpers import PATCHES_MODULE, names_imported_from
 
 PRODUCT = (
     "common",
@@ -292,21 +293,18 @@ def test_every_table_name_has_an_owner() -> None:
     assert "strategies/policies/ratio.py" in owners["nsga2"]
 
 
-# Flower's internals are changed in common/flower_patches.py only: an assignment to an
-# attribute of anything imported from flwr, or a setattr on it, anywhere else is a patch.
-PATCHES_MODULE = "common/flower_patches.py"
+# Flower's internals are changed in PATCHES_MODULE only: an assignment to an attribute of
+# anything imported from flwr, or a setattr on it, anywhere else is a patch.
 
 
 def _flower_patches(path: Path, root: Path = PROJECT_ROOT) -> list[str]:
     tree = ast.parse(path.read_text())
-    flower_names = set()
+    flower_names = names_imported_from(tree, lambda module: module.startswith("flwr"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             flower_names |= {
                 (a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("flwr")
             }
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flwr"):
-            flower_names |= {a.asname or a.name for a in node.names}
 
     def flower_rooted(target: ast.expr) -> bool:
         while isinstance(target, ast.Attribute | ast.Subscript):

@@ -199,6 +199,8 @@ def test_each_plug_in_refuses_settings_it_cannot_run(
 
 
 def test_a_plug_in_takes_the_settings_that_fit_it() -> None:
-    assert settings_with(collective="allreduce", selector="randomk").compression.selector
-    assert settings_with(collective="allgather", encoding="qsgd", qsgd_levels=1).compression
+    randomk = settings_with(collective="allreduce", selector="randomk").compression
+    assert randomk.selector == "randomk"
+    compression = settings_with(collective="allgather", encoding="qsgd", qsgd_levels=1).compression
+    assert (compression.encoding, compression.qsgd_levels) == ("qsgd", 1)
     assert settings_with(collective="allreduce", encoding="sign").collective.leader == "star"

@@ -26,6 +26,7 @@ from server.records import read_rounds, without_wall_clock
 from state.archive import LAYOUT, flatten
 from state.store import is_stored
 from testing.in_process import InProcessGrid, run_server_app
+from tests.helpers import run_server_app_spying_build
 from tests.state.archives import rewrite
 from wire.keys import CLIENT_STATE_DIR, CONFIG_KEY, SERVER_ROUND
 from wire.packing import unpack
@@ -227,24 +228,14 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_strategy_read_from_a_checkpoint_is_the_one_written(
-    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    family: str, tmp_path: Path
 ) -> None:
     """Every policy's state survives the file: the strategy rebuilt from it, written again,
     gives the same tree and arrays as the strategy that wrote it."""
-    built: list[tuple[tuple[Any, ...], Any]] = []
-    build = server_build.build_strategy
-
-    def build_strategy(*args: Any) -> Any:
-        strategy = build(*args)
-        built.append((args, strategy))
-        return strategy
-
-    monkeypatch.setattr(server_build, "build_strategy", build_strategy)
     settings = _settings(f"{FAMILIES[family]} num-server-rounds=3 checkpoint-every=3", tmp_path)
-    run_server_app(InProcessGrid(settings))
-    ((args, written),) = built
+    ((args, written),) = run_server_app_spying_build(settings)
     config = settings.to_run_config() | {"num-server-rounds": 4}
-    read = read_checkpoint(tmp_path, config, fresh=build(*args)).strategy
+    read = read_checkpoint(tmp_path, config, fresh=server_build.build_strategy(*args)).strategy
     assert read is not written
     tree, arrays = flatten({"strategy": written.state_dict()})
     tree_again, arrays_again = flatten({"strategy": read.state_dict()})

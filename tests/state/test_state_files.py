@@ -23,12 +23,12 @@ from commands.run_config import parse_overrides, resolve_settings
 from common.flower_patches import set_task_identity
 from common.settings import ConfigError
 from compress.error_feedback import RESIDUAL_KEY
-from server import build as server_build
+from server.build import build_strategy
 from server.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from state.archive import StateError
 from state.store import use_store
 from state.vectors import load_vector, store_vector
-from testing.in_process import InProcessGrid, run_server_app
+from tests.helpers import run_server_app_spying_build
 from tests.state.archives import npy, rewrite
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -53,18 +53,9 @@ def _checkpoint(directory: Path) -> tuple[Path, Callable[[Path], Any]]:
     overrides = "num-clients=3 num-server-rounds=2 seed=4 checkpoint-every=2 "
     overrides += "collective=allgather compression-ratio=0.05"
     settings = resolve_settings(parse_overrides(overrides) | {"results-dir": str(directory)})
-    build = server_build.build_strategy
-    inputs: list[tuple[Any, ...]] = []
-
-    def build_strategy(*args: Any) -> Any:
-        inputs.append(args)
-        return build(*args)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(server_build, "build_strategy", build_strategy)
-        run_server_app(InProcessGrid(settings))
+    args = run_server_app_spying_build(settings)[0][0]
     config = settings.to_run_config() | {"num-server-rounds": 3}
-    return directory / CHECKPOINT_NAME, lambda p: read_checkpoint(p, config, build(*inputs[0]))
+    return directory / CHECKPOINT_NAME, lambda p: read_checkpoint(p, config, build_strategy(*args))
 
 
 def _client_state(directory: Path) -> tuple[Path, Callable[[Path], Any]]:
@@ -121,8 +112,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
 
 
 def _copy(pristine: Pristine, kind: str, tmp_path: Path) -> Path:
-    source, _, written = pristine[kind]
-    (tmp_path / "copy.npz").write_bytes(written)
+    (tmp_path / "copy.npz").write_bytes(pristine[kind][2])
     return tmp_path / "copy.npz"
 
 
@@ -187,7 +177,7 @@ def test_a_state_file_cut_short_is_refused_naming_the_file(
     kind: str, pristine: Pristine, tmp_path: Path
 ) -> None:
     path = _copy(pristine, kind, tmp_path)
-    data = path.read_bytes()
+    data = pristine[kind][2]
     for cut in (len(data) // 2, len(data) - 10, 30):
         path.write_bytes(data[:cut])
         message = _refusal(pristine, kind, path)

@@ -11,10 +11,9 @@ from collectives.allreduce.names import TOPK_NORM2
 from collectives.base import Outlook, Participant
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import model_to_vector
 from common.settings import PROJECT_ROOT, Settings
 from server.build import build_strategy
-from testing.in_process import InProcessGrid
+from testing.in_process import InProcessGrid, train_in_process
 from tests.helpers import Rounds, federation_settings, unit_clock
 from timing.devices import MBPS, DeviceProfile
 from timing.network import load_schedule
@@ -40,12 +39,7 @@ def test_auto_follows_the_cost_models_across_c1_segments() -> None:
     strategy = build_strategy(settings, clock, layout)
     rounds = 120
     seen = Rounds()
-    strategy.start(
-        grid=InProcessGrid(settings),  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=rounds,
-        after_round=seen,
-    )
+    train_in_process(strategy, settings, model, InProcessGrid(settings), rounds, seen)
     k, d = topk_count(layout.size, 0.01), layout.size
     agree, flips = 0, 0
     previous = None
@@ -85,12 +79,7 @@ def test_nsga2_schedule_solves_after_warm_up_and_again_when_links_change() -> No
     strategy = build_strategy(settings, unit_clock({i: DEVICE for i in range(3)}, schedule), layout)
 
     rounds = Rounds()
-    strategy.start(
-        grid=InProcessGrid(settings),  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=80,
-        after_round=rounds,
-    )
+    train_in_process(strategy, settings, model, InProcessGrid(settings), 80, rounds)
     solves = [s.ratio_policy["ratio_solve"] for s in rounds.values() if s.ratio_policy]
     assert solves[0]["round"] == 4 and solves[0]["reason"] == "warm-up done"
     assert any(s["reason"] == "links changed" and 37 <= s["round"] <= 45 for s in solves)
@@ -147,12 +136,7 @@ def _auto_run(settings_overrides: dict, rounds: int, clients: int = 3) -> dict:
     clock = unit_clock({i: DEVICE for i in range(clients)}, schedule)
     strategy = build_strategy(settings, clock, layout)
     seen = Rounds()
-    strategy.start(
-        grid=InProcessGrid(settings),  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=rounds,
-        after_round=seen,
-    )
+    train_in_process(strategy, settings, model, InProcessGrid(settings), rounds, seen)
     return seen
 
 

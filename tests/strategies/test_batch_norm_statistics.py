@@ -105,7 +105,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     from common.models import build_model
     from common.params import buffer_positions
     from server.build import build_strategy
-    from testing.in_process import InProcessGrid
+    from testing.in_process import InProcessGrid, train_in_process
     from tests.helpers import DIGITS_PROFILE, unit_clock
     from wire.layout import Layout
 
@@ -133,13 +133,7 @@ def test_replicas_follow_recomputed_statistics_bit_for_bit(collective: str) -> N
     )
     grid = InProcessGrid(settings)
     rounds = Rounds()
-    result = strategy.start(
-        grid=grid,  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=3,
-        after_round=rounds,
-    )
-    final = layout.flatten(result.arrays)
+    final = layout.flatten(train_in_process(strategy, settings, model, grid, 3, rounds))
     np.testing.assert_allclose(
         final, recompute_statistics(model, final, validation), rtol=1e-5, atol=1e-6
     )

@@ -20,7 +20,6 @@ from testing.in_process import InProcessGrid
 from tests.helpers import (
     TINY_SHAPES,
     RewriteRound,
-    Rounds,
     federation_settings,
     last_round,
     reply_message,
@@ -210,14 +209,8 @@ def test_a_claim_is_judged_against_the_median_of_at_least_two_others() -> None:
 def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes_on() -> None:
     """Rate weights (ScaDLES) read every accepted reply's rate: a reply with none of the five
     stream metrics used to pass the bounds and stop the ServerApp in aggregate_train."""
-    from common.data import DIGITS_SPEC
-    from common.models import build_model
-    from common.params import model_to_vector
-    from server.build import build_strategy
-    from tests.fuzz import PROFILE, MutatingGrid
-    from tests.helpers import unit_clock
+    from tests.fuzz import MutatingGrid
     from wire.keys import METRICS_KEY, STREAM_METRICS
-    from wire.layout import Layout
 
     def strip(content):  # type: ignore[no-untyped-def]
         for key in STREAM_METRICS:
@@ -227,17 +220,8 @@ def test_a_streaming_reply_without_its_stream_report_is_refused_and_the_run_goes
     settings = settings_with(
         num_clients=3, seed=5, stream_rates="S1", aggregation_weights="rate", batch_size=16
     )
-    model = build_model(settings.training.model, DIGITS_SPEC, seed=settings.run.seed)
-    layout = Layout.of_model(model)
-    strategy = build_strategy(settings, unit_clock({i: PROFILE for i in range(3)}), layout)
     grid = MutatingGrid(settings, "train", 101, strip)
-    rounds = Rounds()
-    strategy.start(
-        grid=grid,  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=3,
-        after_round=rounds,
-    )
+    _, _, _, rounds = run_in_process(settings, 3, grid)
     assert grid.hit == 101
     refused = rounds[2].refused
     assert len(refused) == 1 and "no stream report" in refused[0]

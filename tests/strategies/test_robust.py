@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
 from collectives.allreduce.names import TRAIN_VALUES
@@ -13,11 +13,11 @@ from testing.attacks import ATTACKER, AttackGrid, scaled
 from tests.helpers import (
     TINY_PROFILE,
     TINY_SHAPES,
-    FakeGrid,
     federation_settings,
     make_strategy,
     reply_message,
     run_in_process,
+    start_round,
     tiny_record,
     train_reply,
     unit_clock,
@@ -37,7 +37,7 @@ def _strategy(robust: str) -> EdgeStrategy:
 
 def _aggregate(robust: str, global_arrays: ArrayRecord, updates: list[ArrayRecord]) -> dict:
     strategy = _strategy(robust)
-    list(strategy.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(range(100, 100 + N))))
+    start_round(strategy, global_arrays, N)
     replies = [reply_message(train_reply(i, 8, update=u), 100 + i) for i, u in enumerate(updates)]
     arrays, _ = strategy.aggregate_train(1, replies)
     assert arrays is not None

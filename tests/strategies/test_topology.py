@@ -5,9 +5,8 @@ import pytest
 
 from common.data import DIGITS_SPEC
 from common.models import build_model
-from common.params import model_to_vector
 from server.build import build_strategy
-from testing.in_process import InProcessGrid
+from testing.in_process import InProcessGrid, train_in_process
 from tests.helpers import Rounds, federation_settings, unit_clock
 from timing.cost import Link, artopk_tree, ring_allreduce
 from timing.devices import DeviceProfile
@@ -24,13 +23,8 @@ def _run(**overrides: object):  # type: ignore[no-untyped-def]
     layout = Layout.of_model(model)
     strategy = build_strategy(settings, unit_clock({0: FAST, 1: SLOW, 2: FAST}), layout)
     rounds = Rounds()
-    result = strategy.start(
-        grid=InProcessGrid(settings),  # type: ignore[arg-type]
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=2,
-        after_round=rounds,
-    )
-    return layout.flatten(result.arrays), rounds, layout.size
+    arrays = train_in_process(strategy, settings, model, InProcessGrid(settings), 2, rounds)
+    return layout.flatten(arrays), rounds, layout.size
 
 
 @pytest.mark.parametrize(

@@ -90,9 +90,8 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
 
     from common.data import DIGITS_SPEC
     from common.models import build_model
-    from common.params import model_to_vector
     from server.build import build_strategy
-    from testing.in_process import InProcessGrid
+    from testing.in_process import InProcessGrid, train_in_process
     from tests.helpers import federation_settings
     from wire.layout import Layout
 
@@ -109,12 +108,7 @@ def test_measured_rounds_feed_the_link_estimator_and_auto_chooses_on_them() -> N
     strategy = build_strategy(settings, unit_clock({i: profile for i in range(3)}), layout)
     grid = TimedGrid(InProcessGrid(settings), poll_s=1e-3)  # type: ignore[arg-type]
     rounds = Rounds()
-    strategy.start(
-        grid=grid,
-        initial_arrays=layout.unflatten(model_to_vector(model)),
-        num_rounds=4,
-        after_round=rounds,
-    )
+    train_in_process(strategy, settings, model, grid, 4, rounds)  # type: ignore[arg-type]
     stats = [rounds[r] for r in (1, 2, 3, 4)]
     assert [s.time_source for s in stats] == ["measured"] * 4
     assert [s.collective for s in stats[:2]] == ["allreduce", "allgather"]  # the probes
