@@ -2,7 +2,7 @@
 # On a device (a Pi, a Jetson): make device-venv, the agent without the server's packages.
 # torch comes first, the build that fits the machine (commands/install_torch.py: the CPU build
 # on x86_64 without an NVIDIA driver, the Pi pin deploy/torch-aarch64.txt on aarch64); set
-# TORCH_SPEC (e.g. 'torch==2.12.0') to choose the requirement yourself.
+# TORCH_SPEC (e.g. 'torch @ file:///path/to/jetpack.whl') to choose the requirement yourself.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?=

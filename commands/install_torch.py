@@ -1,6 +1,6 @@
 """Install torch, the build that fits this machine, and say which and from where.
 
-    python -m commands.install_torch                       # what `make venv` and `make device-venv` run
+    python -m commands.install_torch          # what `make venv` and `make device-venv` run
     python -m commands.install_torch --spec 'torch==2.12.0'
 
 A plain ``pip install torch`` on x86_64 Linux pulls the multi-GB CUDA build. So, before the

@@ -136,7 +136,9 @@ def test_every_service_waits_for_the_clock_and_assumes_no_account() -> None:
             assert "time-sync.target" in unit_value(unit, key).split(), (unit.name, key)
 
 
-def _systemd_expand(command: str, instance: str, env: dict[str, str], **specifiers: str) -> list[str]:
+def _systemd_expand(
+    command: str, instance: str, env: dict[str, str], **specifiers: str
+) -> list[str]:
     """ExecStart as systemd runs it: specifiers, then ${NAME} within a word and $NAME as
     words of its own (split at whitespace; nothing when unset)."""
     for name, value in {"i": instance, **specifiers}.items():
