@@ -39,6 +39,7 @@ from types import FrameType
 from client.device_state import DeviceState
 from client.fleet import Link, connect, parse_node_config, set_node_heartbeat
 from client.node_loop import Node
+from common.accelerator import AUTO, DEVICES, resolve
 from common.flower_patches import check_flower
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
 from wire.keys import NODE_PARTITION_ID
@@ -153,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         help="train on samples from this MQTT broker (the topic of --node-config's "
         "partition-id) instead of replaying its partition",
     )
+    parser.add_argument(
+        "--device",
+        default=AUTO,
+        help="where this device trains, in every run (the run config's device is for "
+        f"simulated clients): {', '.join(DEVICES)}; auto: CUDA, then MPS, else the CPU",
+    )
     parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX)
     parser.add_argument("--mqtt-tls-ca", type=Path, help="CA certificate: MQTT over TLS")
     parser.add_argument("--mqtt-username", help="for a broker with a password file")
@@ -195,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             set_node_heartbeat(args.heartbeat_interval_s)
         except ValueError as exc:
             parser.error(str(exc))
+    try:  # this machine is the one that trains: its hardware is checked here, at start
+        training_on = resolve(args.device, key="--device")
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -228,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         device = DeviceState(args.state_dir)
         with connect(link, device) as connection:
             log.info("node %d on the SuperLink at %s", connection.node_id, link.superlink)
-            node = Node(connection, make_app(live, shared_files=False), node_config, device)
+            log.info("training on %s (--device %s)", training_on, args.device)
+            app = make_app(live, shared_files=False, device=args.device)
+            node = Node(connection, app, node_config, device)
             handled = serve(node, stop, wake_ups, args.idle_poll_s)
     finally:
         if wake_ups is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from common import local_files
+from common.accelerator import resolve
 from common.data import DataSpec, data_spec, is_made_here
 from common.models import check_model_fits
 from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
@@ -85,6 +86,10 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
         config["resume-from"] = str(PROJECT_ROOT / settings.run.resume_from)
     config["dataset"] = local_files.absolute(settings.data.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
+    try:  # the clients this launcher starts train on this machine
+        resolve(settings.training.device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if is_made_here(settings.data.dataset):  # a local file is read now: errors before anything
         check_model(settings)
     load_catalog(PROJECT_ROOT / settings.timing.devices_file).assign(

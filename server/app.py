@@ -12,6 +12,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
+from common.accelerator import resolve
 from common.flower_patches import shorten_grid_pull, tune_simulation_process
 from common.settings import Settings
 from server.build import build_run
@@ -121,6 +122,8 @@ def _remove_store(store: RunDirectory) -> None:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
+    if isinstance(grid, InMemoryGrid):  # a simulation's clients train on this machine:
+        resolve(settings.training.device)  # refused before round 1 (under plain `flwr run .`)
     if settings.deployment.short_polls:
         shorten_grid_pull(settings.run.round_timeout_s)
     # Polls from 2 ms, doubling up to 0.1 s (Flower's: 3 s), or 5 ms in simulation, where a

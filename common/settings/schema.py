@@ -93,6 +93,10 @@ class Training(Section):
     """The model, each client's local SGD, and the server's step."""
 
     model: str = Field(description="from the registry, or your own: package.module:factory")
+    device: str = Field(
+        description="where clients train: auto takes CUDA, then MPS, else the CPU; an edge "
+        "agent takes its own --device instead"
+    )
     local_steps: int = Field(ge=1, description="SGD steps per client per round")
     batch_size: int = Field(ge=1, description="samples per local SGD step")
     learning_rate: float = Field(gt=0, description="client SGD step size")
