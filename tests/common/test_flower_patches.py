@@ -21,6 +21,11 @@ from common import flower_patches
 from common.flower_patches import PATCHES, PICKUP_S, VCE_MODULE, shorten_pickup
 from common.settings import settings_with
 
+# Tests of what a patch changes: on a Flower it was not read against it stands aside instead.
+applies_here = pytest.mark.skipif(
+    not flower_patches.tested_flower(), reason="on this Flower the patches stand aside"
+)
+
 
 @pytest.fixture
 def source(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -38,6 +43,7 @@ def _fake_supernode(source: list[str], text: str) -> types.ModuleType:
     return module
 
 
+@applies_here
 def test_the_supernode_sleeps_are_shortened_and_pulls_back_off_briefly(
     monkeypatch: pytest.MonkeyPatch, source: list[str]
 ) -> None:
@@ -53,6 +59,7 @@ def test_the_supernode_sleeps_are_shortened_and_pulls_back_off_briefly(
     assert module.time.monotonic is flower_patches.time.monotonic
 
 
+@applies_here
 def test_a_changed_flower_source_is_not_patched(source: list[str]) -> None:
     module = _fake_supernode(source, "time.sleep(2) pull_objects(")
     with pytest.raises(ValueError, match=r"has no 'time.sleep\(3\)'"):
@@ -143,6 +150,7 @@ def _fake_heartbeat_modules(source: list[str]) -> tuple[types.ModuleType, types.
     return connection, sender
 
 
+@applies_here
 def test_the_heartbeat_interval_is_announced_and_kept_within_flowers_bounds(
     source: list[str],
 ) -> None:
@@ -170,6 +178,7 @@ def test_the_installed_flower_announces_and_beats_by_the_patched_name() -> None:
         assert "HEARTBEAT_DEFAULT_INTERVAL" in flower_patches.inspect.getsource(module)
 
 
+@applies_here
 def test_the_grid_waits_for_a_replys_late_objects_until_the_exchanges_deadline_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -272,6 +281,7 @@ class _Clock:
         return self.now
 
 
+@applies_here
 @pytest.mark.parametrize(
     ("lookup_s", "wait_s"),
     [(0.0001, PICKUP_S), (0.01, 0.02)],  # quick lookups: the short wait; slow: twice theirs
@@ -295,6 +305,7 @@ def test_the_replacement_does_the_same_lookups_and_waits_the_short_interval(
     assert stop.waits == pytest.approx([wait_s, wait_s])
 
 
+@applies_here
 def test_a_changed_flower_function_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -304,6 +315,7 @@ def test_a_changed_flower_function_is_left_alone(
     assert module.add_messages_to_queue is original
 
 
+@applies_here
 def test_a_loop_already_running_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,6 +343,7 @@ def test_flowers_own_function_is_the_one_read() -> None:
         assert snippet in source
 
 
+@applies_here
 def test_set_task_identity_sets_and_puts_back() -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
