@@ -96,8 +96,9 @@ $(NIGHTLY_STAMP): pyproject.toml deploy/torch-aarch64.txt
 	@test -x $(NIGHTLY_VENV)/bin/python || $(PYTHON) -m venv $(NIGHTLY_VENV)
 	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(NIGHTLY_VENV)/bin/python -m commands.install_torch $(if $(TORCH_SPEC),--spec '$(TORCH_SPEC)')
+	# flwr-nightly installs the same `flwr` package as the release: only one of them at a time.
+	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr-nightly
 	$(NIGHTLY_VENV)/bin/python -m pip install --quiet -e ".[server,dev]"
-	# flwr-nightly installs the same `flwr` package: the release goes first.
 	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr
 	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --pre --upgrade "flwr-nightly[simulation]"
 	@touch $(NIGHTLY_STAMP)
