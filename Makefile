@@ -16,7 +16,7 @@ STAMP := $(VENV)/.edgeflex-installed
 DEVICE_STAMP := $(VENV)/.edgeflex-device-installed
 INSTALL_TORCH = $(BIN)/python -m commands.install_torch $(if $(TORCH_SPEC),--spec '$(TORCH_SPEC)')
 
-.PHONY: venv device-venv run compare test test-fast test-cpu-paths lint clean
+.PHONY: venv device-venv run compare test test-fast test-cpu-paths test-flwr-nightly lint clean
 
 $(STAMP): pyproject.toml deploy/torch-aarch64.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,28 @@ test-cpu-paths: $(STAMP)
 		echo "golden records under $$path"; \
 		env $$path $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_golden.py || exit 1; \
 	done
+
+# The fast suite against the newest flwr-nightly from PyPI, in a venv of its own (the project
+# as in $(VENV), then Flower's nightly in place of flwr): what Flower's next release breaks.
+# One test process: slow on 2 cores. Results: docs/results/flwr-nightly.md.
+NIGHTLY_VENV ?= .venv-flwr-nightly
+NIGHTLY_STAMP := $(NIGHTLY_VENV)/.edgeflex-installed
+
+$(NIGHTLY_STAMP): pyproject.toml deploy/torch-aarch64.txt
+	@test -x $(NIGHTLY_VENV)/bin/python || $(PYTHON) -m venv $(NIGHTLY_VENV)
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NIGHTLY_VENV)/bin/python -m commands.install_torch $(if $(TORCH_SPEC),--spec '$(TORCH_SPEC)')
+	# flwr-nightly installs the same `flwr` package as the release: only one of them at a time.
+	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr-nightly
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet -e ".[server,dev]"
+	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --pre --upgrade "flwr-nightly[simulation]"
+	@touch $(NIGHTLY_STAMP)
+
+test-flwr-nightly: $(NIGHTLY_STAMP)
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --pre --upgrade "flwr-nightly[simulation]"
+	@$(NIGHTLY_VENV)/bin/python -c "import flwr; print('flwr', flwr.__version__)"
+	$(NIGHTLY_VENV)/bin/python -m pytest -m "not slow" -n 1 -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

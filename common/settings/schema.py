@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.flower_patches import check_flower
 from common.rates import check_stream_rates
 from wire.stream_samples import parse_broker
 
@@ -219,11 +218,6 @@ class Deployment(Section):
 
     @model_validator(mode="after")
     def _usable(self) -> Deployment:
-        try:
-            if self.short_polls:
-                check_flower()
-        except ValueError as exc:
-            raise ValueError(f"short-polls: {exc}") from None
         try:
             if self.wake_broker:
                 parse_broker(self.wake_broker)
