@@ -95,24 +95,25 @@ def test_on_an_untested_flower_every_patch_stands_aside_and_says_what_is_lost(
     engine = types.ModuleType(VCE_MODULE)
     engine.add_messages_to_queue = flowers_loop = lambda *args: None  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, VCE_MODULE, engine)
-    names = ("_run_id", "_node_id", "_task_id")
-    identity = [getattr(TaskIdentity, name) for name in names]
     with caplog.at_level("WARNING"):
         flower_patches.shorten_supernode(supernode)
         flower_patches.shorten_grid_pull(fallback_s=1.0)
         flower_patches.set_heartbeat(heartbeat, interval_s=10)
         assert flower_patches.shorten_pickup() is False
-        flower_patches.set_task_identity()()
     assert supernode.time is time and supernode.pull_objects is flowers_pull
     assert http_grid.pull_objects is flowers_pull
     assert heartbeat.HEARTBEAT_DEFAULT_INTERVAL == 30
     assert engine.add_messages_to_queue is flowers_loop
-    assert [getattr(TaskIdentity, name) for name in names] == identity
     lines = [r.getMessage() for r in caplog.records if "stands aside" in r.getMessage()]
-    assert len(lines) == len(PATCHES)
-    for line, (name, patch) in zip(lines, PATCHES.items(), strict=True):
+    standing = {name: patch for name, patch in PATCHES.items() if not patch.anywhere}
+    assert len(lines) == len(standing)
+    for line, (name, patch) in zip(lines, standing.items(), strict=True):
         assert line.startswith(f"edgeflex: flwr {UNTESTED} is untested"), line
         assert f" {name} stands aside" in line and patch.change in line and patch.without in line
+    # the tests' task identity applies wherever TaskIdentity keeps its names (the nightly suite)
+    restore = flower_patches.set_task_identity()
+    assert (TaskIdentity._run_id, TaskIdentity._task_id) == (1, 1)  # type: ignore[attr-defined]
+    restore()
     # short-polls is accepted: its patches stand aside where they run
     assert settings_with(short_polls=True).deployment.short_polls
 
@@ -343,7 +344,6 @@ def test_flowers_own_function_is_the_one_read() -> None:
         assert snippet in source
 
 
-@applies_here
 def test_set_task_identity_sets_and_puts_back() -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
