@@ -29,7 +29,7 @@ from common.settings import (
 )
 from common.settings.schema import key
 from common.workload import Workload, check_workload
-from server.checkpoint import checkpoint_path
+from server.checkpoint import checkpoint_file
 from server.records import default_results_dir
 from timing.devices import load_catalog
 from timing.network import load_schedule
@@ -101,7 +101,7 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
     settings = Settings.from_run_config(config)
     # What the schema cannot see (files, the model, the hub): every problem at once, each
     # naming its key first (a file's own error names the file: the key goes in front).
-    errors = []
+    errors: list[ConfigError] = []
     for names, check in _CHECKS:
         try:
             check(settings)
@@ -109,9 +109,11 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
             message = str(exc)
             if not message.startswith(names):
                 message = f"{names[0]} = {config[names[0]]!r}: {message}"
-            errors.append(message)
+            errors.append(type(exc)(message))  # its kind kept (DataFileError, ...)
+    if len(errors) == 1:
+        raise errors[0]
     if errors:
-        raise ConfigError(joined_errors(errors))
+        raise ConfigError(joined_errors(str(e) for e in errors))
     return settings
 
 
@@ -124,12 +126,8 @@ def _check_places(settings: Settings) -> None:
             f"results-dir = {str(results)!r} cannot be made: {existing} is not a directory "
             "this user may write to"
         )
-    resume = settings.run.resume_from
-    if resume and not checkpoint_path(Path(resume)).is_file():
-        raise ConfigError(
-            f"resume-from = {resume!r} holds no checkpoint (a run writes one with "
-            "checkpoint-every > 0)"
-        )
+    if settings.run.resume_from:
+        checkpoint_file(Path(settings.run.resume_from))
 
 
 def _check_data_and_model(settings: Settings) -> None:

@@ -271,7 +271,7 @@ CASES = {
     "a run to resume with no checkpoint": (
         lambda tmp: f"resume-from={tmp}",
         "resume-from",
-        r"holds no checkpoint",
+        r"resume-from: no checkpoint at",
     ),
     "a results directory under a file": (
         lambda tmp: f"results-dir={_file(tmp)}/run",
