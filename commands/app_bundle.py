@@ -13,10 +13,6 @@ import tomllib
 import warnings
 from pathlib import Path
 
-from flwr.cli.build import get_user_fab_patterns
-from flwr.cli.utils import build_pathspec
-from flwr.common.constant import FAB_EXCLUDE_PATTERNS, FAB_INCLUDE_PATTERNS
-
 from common.settings import PROJECT_ROOT
 
 PYPROJECT = "pyproject.toml"
@@ -59,6 +55,11 @@ def bundle_includes(relative: str, project: Path = PROJECT_ROOT) -> bool:
     """Does the FAB of ``project`` hold the file at ``relative`` (a POSIX path from the
     project)? Flower's own rules: the user's fab-include and fab-exclude, then its built-in
     patterns (no ``test_*.py``, no ``.flwr/``, ...)."""
+    # Flower's CLI modules cost most of a second to import: only for a model of one's own
+    from flwr.cli.build import get_user_fab_patterns
+    from flwr.cli.utils import build_pathspec
+    from flwr.common.constant import FAB_EXCLUDE_PATTERNS, FAB_INCLUDE_PATTERNS
+
     include, exclude = get_user_fab_patterns(tomllib.loads((project / PYPROJECT).read_text()))
     with warnings.catch_warnings():  # Flower's pattern class, which pathspec deprecates
         warnings.simplefilter("ignore", DeprecationWarning)
