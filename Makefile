@@ -1,8 +1,11 @@
 # Two commands do all the set-up:  make run   and   make test
-# Override for other machines, e.g. TORCH_SPEC='torch==2.9.1' on an aarch64 Raspberry Pi.
+# On a device (a Pi, a Jetson): make device-venv, the agent without the server's packages.
+# torch comes first, the build that fits the machine (commands/install_torch.py: the CPU build
+# on x86_64 without an NVIDIA driver, the Pi pin deploy/torch-aarch64.txt on aarch64); set
+# TORCH_SPEC (e.g. 'torch @ file:///path/to/jetpack.whl') to choose the requirement yourself.
 PYTHON ?= python3
 VENV ?= .venv
-TORCH_SPEC ?= torch==2.13.0
+TORCH_SPEC ?=
 RUN_CONFIG ?= configs/flagship.toml
 NAME ?= smoke
 JOBS ?= 2
@@ -10,15 +13,17 @@ PYTEST_ARGS ?=
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgeflex-installed
+DEVICE_STAMP := $(VENV)/.edgeflex-device-installed
+INSTALL_TORCH = $(BIN)/python -m commands.install_torch $(if $(TORCH_SPEC),--spec '$(TORCH_SPEC)')
 
-.PHONY: venv run compare test test-fast test-cpu-paths lint clean
+.PHONY: venv device-venv run compare test test-fast test-cpu-paths test-flwr-nightly lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml deploy/torch-aarch64.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first and explicitly: any other torch request would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# torch first and explicitly: a plain torch request would pull a multi-GB CUDA build.
+	$(INSTALL_TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[server,dev]"
 	# System packages the tests start on loopback ports of their own: mosquitto (the MQTT broker
 	# of the stream tests) and nginx (commands/fleet_gate.py, in front of a TLS SuperLink).
 	@missing=""; \
@@ -41,6 +46,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# A device's agent only: no Ray, pymoo or dev tools (docs/deployment.md).
+$(DEVICE_STAMP): pyproject.toml deploy/torch-aarch64.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(INSTALL_TORCH)
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(DEVICE_STAMP)
+
+device-venv: $(DEVICE_STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m commands.run --run-config "$(RUN_CONFIG)"
@@ -70,6 +85,28 @@ test-cpu-paths: $(STAMP)
 		echo "golden records under $$path"; \
 		env $$path $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_golden.py || exit 1; \
 	done
+
+# The fast suite against the newest flwr-nightly from PyPI, in a venv of its own (the project
+# as in $(VENV), then Flower's nightly in place of flwr): what Flower's next release breaks.
+# One test process: slow on 2 cores. Results: docs/results/flwr-nightly.md.
+NIGHTLY_VENV ?= .venv-flwr-nightly
+NIGHTLY_STAMP := $(NIGHTLY_VENV)/.edgeflex-installed
+
+$(NIGHTLY_STAMP): pyproject.toml deploy/torch-aarch64.txt
+	@test -x $(NIGHTLY_VENV)/bin/python || $(PYTHON) -m venv $(NIGHTLY_VENV)
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NIGHTLY_VENV)/bin/python -m commands.install_torch $(if $(TORCH_SPEC),--spec '$(TORCH_SPEC)')
+	# flwr-nightly installs the same `flwr` package as the release: only one of them at a time.
+	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr-nightly
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet -e ".[server,dev]"
+	$(NIGHTLY_VENV)/bin/python -m pip uninstall --quiet --yes flwr
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --pre --upgrade "flwr-nightly[simulation]"
+	@touch $(NIGHTLY_STAMP)
+
+test-flwr-nightly: $(NIGHTLY_STAMP)
+	$(NIGHTLY_VENV)/bin/python -m pip install --quiet --pre --upgrade "flwr-nightly[simulation]"
+	@$(NIGHTLY_VENV)/bin/python -c "import flwr; print('flwr', flwr.__version__)"
+	$(NIGHTLY_VENV)/bin/python -m pytest -m "not slow" -n 1 -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

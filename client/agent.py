@@ -39,8 +39,10 @@ from types import FrameType
 from client.device_state import DeviceState
 from client.fleet import Link, connect, parse_node_config, set_node_heartbeat
 from client.node_loop import Node
+from common.accelerator import AUTO, DEVICES, resolve
 from common.flower_patches import check_flower
 from common.wake_ups import FALLBACK_POLL_S, WakeUps, node_topic, run_topic
+from wire.keys import NODE_PARTITION_ID
 from wire.stream_samples import DEFAULT_TOPIC_PREFIX, BrokerAuth, parse_broker
 
 log = logging.getLogger("edgeflex.agent")
@@ -149,10 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mqtt",
         metavar="HOST:PORT",
-        help="train on samples from this MQTT broker (the node's topic) instead of replaying "
-        "its partition; needs --partition-id",
+        help="train on samples from this MQTT broker (the topic of --node-config's "
+        "partition-id) instead of replaying its partition",
     )
-    parser.add_argument("--partition-id", type=int, help="this node's partition (its topic)")
+    parser.add_argument(
+        "--device",
+        default=AUTO,
+        help="where this device trains, in every run (the run config's device is for "
+        f"simulated clients): {', '.join(DEVICES)}; auto: CUDA, then MPS, else the CPU",
+    )
     parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX)
     parser.add_argument("--mqtt-tls-ca", type=Path, help="CA certificate: MQTT over TLS")
     parser.add_argument("--mqtt-username", help="for a broker with a password file")
@@ -170,17 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     auth = BrokerAuth()
     try:
         auth = BrokerAuth.of(args.mqtt_tls_ca, args.mqtt_username, args.mqtt_password_file)
+        node_config = parse_node_config(args.node_config)
         if args.mqtt is not None:
-            if args.partition_id is None or args.partition_id < 0:
-                parser.error("--mqtt needs --partition-id (>= 0): it names the node's topic")
             broker = parse_broker(args.mqtt)
         if args.wake_broker is not None:
             wake_broker = parse_broker(args.wake_broker)
-        node_config = parse_node_config(args.node_config)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
     if args.node_config.strip() and not node_config:
         parser.error(f"--node-config {args.node_config!r} is not 'key=value ...'")
+    # The partition is named once, in --node-config (a systemd unit: its instance name).
+    partition_id = node_config.get(NODE_PARTITION_ID)
+    if broker is not None and (
+        not isinstance(partition_id, int) or isinstance(partition_id, bool) or partition_id < 0
+    ):
+        parser.error(
+            f"--mqtt needs {NODE_PARTITION_ID}=N (N >= 0) in --node-config: it names the "
+            "node's topic"
+        )
     if not 0.01 <= args.idle_poll_s <= 60:
         parser.error(f"--idle-poll-s must be within [0.01, 60] s, got {args.idle_poll_s}")
     if args.heartbeat_interval_s is not None:
@@ -188,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             set_node_heartbeat(args.heartbeat_interval_s)
         except ValueError as exc:
             parser.error(str(exc))
+    try:  # this machine is the one that trains: its hardware is checked here, at start
+        training_on = resolve(args.device, key="--device")
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -200,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     if broker is not None:
         from client.live_stream import LiveStream, subscribe
 
-        live = LiveStream(args.partition_id)
+        assert isinstance(partition_id, int)  # checked with the arguments
+        live = LiveStream(partition_id)
         subscriber = subscribe(live, broker, args.topic_prefix, auth)
-        log.info("streaming %s/node-%d from %s", args.topic_prefix, args.partition_id, broker)
+        log.info("streaming %s/node-%d from %s", args.topic_prefix, partition_id, broker)
     wake_ups = None if wake_broker is None else WakeUps(wake_broker, auth)
     stop = threading.Event()
 
@@ -220,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         device = DeviceState(args.state_dir)
         with connect(link, device) as connection:
             log.info("node %d on the SuperLink at %s", connection.node_id, link.superlink)
-            node = Node(connection, make_app(live, shared_files=False), node_config, device)
+            log.info("training on %s (--device %s)", training_on, args.device)
+            app = make_app(live, shared_files=False, device=args.device)
+            node = Node(connection, app, node_config, device)
             handled = serve(node, stop, wake_ups, args.idle_poll_s)
     finally:
         if wake_ups is not None:

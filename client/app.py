@@ -25,6 +25,7 @@ from client.saved_state import restore_state, save_state
 from collectives import COLLECTIVES
 from collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
 from collectives.dense import Dense
+from common.accelerator import resolve
 from common.data import data_spec
 from common.models import build_model
 from common.params import buffer_positions
@@ -66,9 +67,12 @@ def train(
     live: LiveStream | None = None,
     shared_files: bool = True,
     trainer: Trainer = train_locally,
+    device: str | None = None,
 ) -> Message:
     settings = Settings.from_run_config(context.run_config, tables=False)
     model = build_model(settings.training.model, data_spec(settings), seed=settings.run.seed)
+    # local training runs where the model is; an agent's own --device replaces the run's
+    model.to(resolve(settings.training.device if device is None else device))
     layout = Layout.of_model(model)
     instruction = TrainInstruction.parse(msg.content, layout.size)
     if shared_files:  # a device's agent keeps its own state
@@ -159,16 +163,22 @@ def identify(msg: Message, context: Context) -> Message:
 
 
 def make_app(
-    live: LiveStream | None = None, shared_files: bool = True, trainer: Trainer = train_locally
+    live: LiveStream | None = None,
+    shared_files: bool = True,
+    trainer: Trainer = train_locally,
+    device: str | None = None,
 ) -> ClientApp:
     """The ClientApp; ``live``: the device agent's live stream (MQTT), which its training
     reads instead of replaying the partition; ``shared_files``: it answers the server's
     save-state and restore-state queries and keeps its vectors in the state store when the
     server says so (simulation: the server's file system is its own; a device's agent keeps
     its state itself); ``trainer``: the local round (client/local_round.py), another for a
-    problem of its own (tests/ef_problem.py: a quadratic, no data)."""
+    problem of its own (tests/ef_problem.py: a quadratic, no data); ``device``: where it
+    trains, a device's agent's own choice (None: the run config's ``device``)."""
     client_app = ClientApp(mods=[packed_content, timing_stamps])
-    client_app.train()(lambda msg, context: train(msg, context, live, shared_files, trainer))
+    client_app.train()(
+        lambda msg, context: train(msg, context, live, shared_files, trainer, device)
+    )
     client_app.query(IDENTIFY_ACTION)(identify)
     if shared_files:
         client_app.query(SAVE_STATE_ACTION)(save_state)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import click
 from flwr.app import Message, UserConfig
 from flwr.common.config import get_fused_config_from_fab, parse_config_args
 from flwr.common.constant import ErrorCode
@@ -193,8 +194,16 @@ def fused_run_config(fab: Fab, run: Run) -> UserConfig:
 
 
 def parse_node_config(text: str) -> UserConfig:
-    """``--node-config`` ('key=value ...'), parsed as ``flower-supernode`` parses it."""
-    return parse_config_args([text] if text else None)
+    """``--node-config`` ('key=value ...'), parsed as ``flower-supernode`` parses it; a key given
+    twice (a systemd unit's ``partition-id=%i`` and an environment file's) is a ValueError."""
+    keys = [pair.split("=", 1)[0] for pair in text.split() if "=" in pair]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"--node-config names {', '.join(twice)} more than once: {text!r}")
+    try:
+        return parse_config_args([text] if text else None)
+    except click.ClickException as exc:  # Flower's words for a value TOML cannot read
+        raise ValueError(f"--node-config {text!r}: {exc.message}") from exc
 
 
 def set_node_heartbeat(interval_s: float) -> None:

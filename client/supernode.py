@@ -1,4 +1,5 @@
-"""``edgeflex-supernode``: Flower's ``flower-supernode`` with short polls (flwr 1.42.x only).
+"""``edgeflex-supernode``: Flower's ``flower-supernode`` with short polls (flwr 1.42.x; on
+another Flower the patches stand aside with a warning and it is Flower's own SuperNode).
 
 Every argument is Flower's, plus ``--idle-poll-s`` (Flower's: 3 s), ``--reply-poll-s`` (0.5 s)
 and ``--heartbeat-interval-s`` (30 s; the SuperLink drops a node silent for twice that, and

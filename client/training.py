@@ -45,29 +45,32 @@ def local_sgd(
     extra: ArrayData | None = None,
 ) -> TrainResult:
     """One plain SGD step per batch of sample ids into ``data``; ``extra`` samples (relayed
-    by data injection) join every batch of the round, so each local step sees them."""
+    by data injection) join every batch of the round, so each local step sees them. It trains
+    where the model is (common/accelerator.py); the update comes back as numpy."""
     if not batches or any(b.size == 0 for b in batches):
         raise ValueError("cannot train without samples: every step needs a non-empty batch")
     vector_to_model(model, start)
+    device = next(model.parameters()).device
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
-    losses: list[float] = []
+    losses: list[torch.Tensor] = []
     for idx in batches:
         xs, ys = data.x[idx], data.y[idx]
         if extra is not None and len(extra) > 0:
             xs, ys = np.concatenate([xs, extra.x]), np.concatenate([ys, extra.y])
-        x = torch.from_numpy(np.ascontiguousarray(xs))
-        y = torch.from_numpy(np.ascontiguousarray(ys))
+        x = torch.from_numpy(np.ascontiguousarray(xs)).to(device)
+        y = torch.from_numpy(np.ascontiguousarray(ys)).to(device)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss.detach())  # read once after the loop: a GPU does not wait each step
     update = model_to_vector(model) - start
     return TrainResult(
         update=update.astype(np.float32),
         num_examples=int(sum(b.size for b in batches))
         + (0 if extra is None else len(extra) * len(batches)),
-        train_loss=float(np.mean(losses)),
+        # float64 before the mean, as Python floats were (MPS has no float64: on the CPU)
+        train_loss=float(np.mean(torch.stack(losses).cpu().double().numpy())),
     )

@@ -144,7 +144,7 @@ class Federation:
             if self.broker is not None and self.runtime.wake_ups:
                 args += ["--wake-broker", str(self.broker)]
             if self.runtime.mqtt:
-                args += ["--mqtt", str(self.broker), "--partition-id", str(index)]
+                args += ["--mqtt", str(self.broker)]  # the partition: --node-config's
             command = [sys.executable, "-m", "client.agent", *args]
             proc = self._popen(command, f"agent-{index}.log", home)
         else:

@@ -63,12 +63,46 @@ def nginx_path() -> str | None:
     return system_executable("nginx")
 
 
+def site_config(listen: str, superlink: str, files: GateFiles, logs: Path) -> str:
+    """The gate's ``server`` block: what nginx's ``http`` block holds for it. Beside the gate
+    this command runs, it is a site file for the system's nginx (``--site`` prints it;
+    deploy/nginx/edgeflex-fleet-gate.conf is it for the paths docs/deployment.md uses)."""
+    return "\n".join(
+        [
+            "server {",
+            f"    listen {listen} ssl;",
+            f"    access_log {logs / 'gate-access.log'};",  # every request and its status
+            f"    client_max_body_size {MAX_BODY};",
+            f"    ssl_certificate {files.cert};",
+            f"    ssl_certificate_key {files.key};",
+            "    ssl_protocols TLSv1.2 TLSv1.3;",
+            f"    location {FLEET_PATH} {{",
+            # nginx matches the location on the normalised path but forwards the raw one:
+            # only a plain Fleet call (/v1/fleet/<name>) goes through, never ../ or // tricks.
+            f'        if ($request_uri !~ "{FLEET_CALL}") {{ return 403; }}',
+            f"        proxy_pass https://{superlink};",
+            "        proxy_http_version 1.1;",
+            "        proxy_request_buffering off;",  # chunks pass as they come
+            "        proxy_buffering off;",
+            f"        proxy_ssl_trusted_certificate {files.ca};",
+            "        proxy_ssl_verify on;",
+            "        proxy_ssl_name localhost;",  # make_certificates: valid for localhost
+            "        proxy_ssl_server_name on;",
+            "    }",
+            "    location / { return 403; }",  # Control and runtime APIs: not from here
+            "}",
+            "",
+        ]
+    )
+
+
 def gate_config(
     listen: str, superlink: str, files: GateFiles, workdir: Path, logs: Path, user: str
 ) -> str:
     """nginx's configuration for the gate: its files under ``workdir``, ``gate-access.log``
     (every request and its status) and ``gate-error.log`` under ``logs``."""
     temp = workdir / "temp"
+    site = site_config(listen, superlink, files, logs)
     return "\n".join(
         [
             f"pid {workdir / 'nginx.pid'};",
@@ -77,33 +111,12 @@ def gate_config(
             "worker_processes 1;",
             "events { worker_connections 1024; }",  # two per device (it and the SuperLink)
             "http {",
-            f"    access_log {logs / 'gate-access.log'};",
             f"    client_body_temp_path {temp}/body;",
             f"    proxy_temp_path {temp}/proxy;",
             f"    fastcgi_temp_path {temp}/fastcgi;",
             f"    uwsgi_temp_path {temp}/uwsgi;",
             f"    scgi_temp_path {temp}/scgi;",
-            f"    client_max_body_size {MAX_BODY};",
-            "    server {",
-            f"        listen {listen} ssl;",
-            f"        ssl_certificate {files.cert};",
-            f"        ssl_certificate_key {files.key};",
-            "        ssl_protocols TLSv1.2 TLSv1.3;",
-            f"        location {FLEET_PATH} {{",
-            # nginx matches the location on the normalised path but forwards the raw one:
-            # only a plain Fleet call (/v1/fleet/<name>) goes through, never ../ or // tricks.
-            f'            if ($request_uri !~ "{FLEET_CALL}") {{ return 403; }}',
-            f"            proxy_pass https://{superlink};",
-            "            proxy_http_version 1.1;",
-            "            proxy_request_buffering off;",  # chunks pass as they come
-            "            proxy_buffering off;",
-            f"            proxy_ssl_trusted_certificate {files.ca};",
-            "            proxy_ssl_verify on;",
-            "            proxy_ssl_name localhost;",  # make_certificates: valid for localhost
-            "            proxy_ssl_server_name on;",
-            "        }",
-            "        location / { return 403; }",  # Control and runtime APIs: not from here
-            "    }",
+            *(f"    {line}" for line in site.splitlines()),
             "}",
             "",
         ]
@@ -152,7 +165,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--certs", type=Path, required=True, help="commands.make_certificates' dir")
     parser.add_argument("--dir", type=Path, required=True, help="the gate's config, logs, temp")
     parser.add_argument("--user", default="nobody", help="nginx's worker user (started as root)")
+    parser.add_argument(
+        "--site",
+        action="store_true",
+        help="print the gate as a site file for the system's nginx (logs in --dir) and exit",
+    )
     args = parser.parse_args(argv)
+    files = GateFiles.in_dir(args.certs.resolve())
+    if args.site:
+        print(site_config(args.listen, args.superlink, files, args.dir.resolve()), end="")
+        return
     executable = nginx_path()
     if executable is None:
         raise SystemExit(MISSING)
@@ -161,7 +183,6 @@ def main(argv: list[str] | None = None) -> None:
     if os.getuid() == 0:  # the workers write request bodies there
         shutil.chown(workdir / "temp", user=args.user)
     config = workdir / "nginx.conf"
-    files = GateFiles.in_dir(args.certs.resolve())
     config.write_text(gate_config(args.listen, args.superlink, files, workdir, workdir, args.user))
     command = [executable, "-e", str(workdir / "gate-error.log"), "-p", str(workdir)]
     os.execv(executable, [*command, "-c", str(config), "-g", "daemon off;"])

@@ -50,6 +50,7 @@ from commands.run_config import (
     resolve_settings,
     resolved_text,
 )
+from common.accelerator import ray_gpus_per_client
 from common.settings import PROJECT_ROOT, ConfigError, Settings
 from state.store import store_root, sweep_abandoned
 
@@ -156,15 +157,21 @@ def write_connection(flwr_home: Path, port: int, ca_file: Path | None = None) ->
 
 
 RAY_ADDRESS = "RAY_ADDRESS"  # Ray's own variable: an existing cluster to run the clients on
+LOCAL_CPUS = 2  # Ray's CPUs on this machine: one client actor each
 
 
 def federation_config(settings: Settings) -> str:
     """One CPU per client actor, Ray's own logs out of the run's output; on this machine's
     two cores two actors, or on the existing Ray cluster ``RAY_ADDRESS`` names (it decides
-    its CPUs: Ray refuses num-cpus when it joins a cluster) as many as its CPUs hold."""
+    its CPUs: Ray refuses num-cpus when it joins a cluster) as many as its CPUs hold. Where
+    ``device`` resolves to CUDA here, each actor asks for 1 / LOCAL_CPUS of a GPU: two
+    actors share one GPU (an actor that asks for none is not shown the GPU)."""
     config = f"num-supernodes={settings.run.num_clients} client-resources-num-cpus=1 "
+    gpus = ray_gpus_per_client(settings.training.device, LOCAL_CPUS)
+    if gpus:
+        config += f"client-resources-num-gpus={gpus} "
     if not os.environ.get(RAY_ADDRESS):
-        config += "init-args-num-cpus=2 "
+        config += f"init-args-num-cpus={LOCAL_CPUS} "
     return config + "init-args-log-to-driver=false"
 
 

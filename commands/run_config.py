@@ -16,6 +16,7 @@ from typing import Any
 
 from commands.app_bundle import bundle_includes
 from common import local_files
+from common.accelerator import resolve
 from common.data import DataSpec, data_spec, is_made_here
 from common.hub import hub_problem
 from common.models import MODELS, check_model_fits
@@ -140,6 +141,14 @@ def _check_data_and_model(settings: Settings) -> None:
         raise ConfigError(problem)
 
 
+def _check_device(settings: Settings) -> None:
+    """The clients this launcher starts train on this machine: its accelerator must exist."""
+    try:
+        resolve(settings.training.device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _check_devices(settings: Settings) -> None:
     load_catalog(PROJECT_ROOT / settings.timing.devices_file).assign(
         settings.timing.device_mix, settings.run.num_clients
@@ -165,6 +174,7 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[[Settings], None]], ...] = (
     (tuple(Settings.keys()), _check_flwr_can_carry),
     (("results-dir", "resume-from"), _check_places),
     (("dataset", "model"), _check_data_and_model),
+    (("device",), _check_device),
     (("devices-file", "device-mix"), _check_devices),
     (("networks-file", "network"), _check_network),
 )

@@ -1,10 +1,15 @@
-"""Every change edgeflex makes inside Flower, in this one module (checked on flwr 1.42.x;
-each refuses another Flower and any source without the names it replaces, so a new Flower
-fails loudly here instead of quietly running with Flower's own behaviour).
+"""Every change edgeflex makes inside Flower, in this one module (read against flwr 1.42.x).
+
+On another Flower each patch stands aside: it leaves Flower as it is and logs one warning line
+that names it, what it fixes and what the user gets without it (``stands_aside``), so a run on a
+new Flower goes on with Flower's own behaviour and says what that costs. On 1.42.x a patch
+refuses a source without the names it replaces (ValueError), so a changed patch release fails
+loudly here.
 
 ``PATCHES`` lists each patch: the Flower it checks, what Flower does, what edgeflex does instead
-and why, and when it can go. docs/architecture.md lists the other modules that import a private
-Flower module or write a private Flower attribute (a test keeps both lists true).
+and why, what is lost without it, and when it can go. docs/architecture.md lists the other
+modules that import a private Flower module or write a private Flower attribute (a test keeps
+both lists true).
 
 The polls in detail (``short-polls``):
 
@@ -15,8 +20,7 @@ round of small models on a device:
 - a message is visible before all its objects are: whoever pulls it first (the SuperNode from
   the SuperLink, the ServerApp's grid for a reply) backs off 1 s, then 2 s, ... for the
   objects still on their way (``pull_objects``' ``initial_backoff``).
-These patches replace those module-level names in the processes that opt in. They refuse any
-Flower but 1.42.x, and any source without the names they replace. The price: an idle node
+These patches replace those module-level names in the processes that opt in. The price: an idle node
 asks the SuperLink ``1 / idle-poll-s`` times a second instead of once every 3 s.
 
 A SuperNode also tells the SuperLink its heartbeat interval (Flower's: 30 s, not settable), and
@@ -39,8 +43,8 @@ It must run before the engine starts that thread: the ServerApp module is import
 its own thread, while the engine is still starting Ray (seconds), so ``server/app.py`` calls
 ``tune_simulation_process`` as it is imported (not ``server/__init__``: other apps, such as
 the FedAvg yardstick of ``benchmarks/bench_flower_fedavg.py``, import parts of ``server``). It
-does nothing in a process without the engine (deployment, tests, scripts), refuses any Flower
-but 1.42.x, or a function whose source differs from the one it replaces, and says so in the
+does nothing in a process without the engine (deployment, tests, scripts), stands aside on
+another Flower or a function whose source differs from the one it replaces, and says so in the
 log when the thread was already running (then rounds keep the 0.1-s wait). Only wall time
 changes: the records are the same.
 """
@@ -60,19 +64,23 @@ from types import FrameType, ModuleType
 from typing import Any
 
 import flwr
+from flwr.common import log
 
 SUPPORTED_FLWR = "1.42."
 
 
 @dataclass(frozen=True)
 class Patch:
-    """One change inside Flower: ``flower``, the versions it was read against and accepts
-    (``check_flower``); ``upstream``, what that Flower does; ``change``, what edgeflex does
-    instead and why; ``removable_when``, what upstream change would make it unnecessary."""
+    """One change inside Flower: ``flower``, the versions it was read against and applies to
+    (elsewhere it stands aside); ``upstream``, what that Flower does; ``change``, what edgeflex
+    does instead and why; ``without``, what a user gets where it stands aside (what breaks,
+    where it is needed for more than speed); ``removable_when``, what upstream change would
+    make it unnecessary."""
 
     flower: str
     upstream: str
     change: str
+    without: str
     removable_when: str
 
 
@@ -84,6 +92,8 @@ PATCHES: dict[str, Patch] = {
         "(supernode/start_client_internal.py, pull_objects)",
         change="shorter polls, opt-in (short-polls): a round of a small model on a device is "
         "shorter than one of those waits",
+        without="speed only: each message to a SuperNode waits up to 3 s, each reply 0.5 s, "
+        "and late objects 1 s or more, so deployed rounds take seconds longer",
         removable_when="a SuperNode takes its poll intervals and pull back-off as options",
     ),
     "shorten_grid_pull": Patch(
@@ -92,6 +102,9 @@ PATCHES: dict[str, Patch] = {
         "up to 2 hours (superlink/grid/http_grid.py)",
         change="10-ms back-off until the exchange's deadline: a killed node's half-pushed "
         "reply would otherwise hold the round for its push session's 180 s",
+        without="breaks round-timeout-s when a node dies between pushing its reply and the "
+        "reply's objects: the round waits up to 180 s for each such reply; otherwise late "
+        "objects are pulled after 1 s, 2 s, ... instead of 10 ms",
         removable_when="Grid.send_and_receive's timeout bounds the pull of a reply's objects",
     ),
     "set_heartbeat": Patch(
@@ -99,6 +112,8 @@ PATCHES: dict[str, Patch] = {
         upstream="HEARTBEAT_DEFAULT_INTERVAL is a constant 30 s: a dead device keeps its place, "
         "and a dead task holds its node, for a minute",
         change="a node chooses its interval within Flower's own bounds (10-1,800 s)",
+        without="--heartbeat-interval-s is ignored: Flower's 30 s holds, so a dead device "
+        "keeps its place, and a dead task its node, for 60 s",
         removable_when="flower-supernode takes a heartbeat interval option",
     ),
     "shorten_pickup": Patch(
@@ -107,6 +122,8 @@ PATCHES: dict[str, Patch] = {
         "literal 0.1 s (server/superlink/fleet/vce/vce_api.py, add_messages_to_queue)",
         change="the same lookups in one pass, then a 5-ms wait: the 0.1 s was a large part of "
         "a small model's round, and 10,000 nodes cost 10^8 reads a pickup",
+        without="speed only (the records are the same): each simulated round waits up to "
+        "0.1 s more, and a pickup reads every message once per node",
         removable_when="the engine is woken by new messages instead of polling",
     ),
     "set_task_identity": Patch(
@@ -115,6 +132,8 @@ PATCHES: dict[str, Patch] = {
         "that only a running federation sets",
         change="sets one for the in-process federation of tests and benchmarks, which builds "
         "messages outside a federation",
+        without="breaks the tests and benchmarks that build messages outside a federation "
+        "where Message() needs the identity; runs (simulation, deployment) are unaffected",
         removable_when="Message() can be built without a task identity",
     ),
 }
@@ -125,15 +144,35 @@ POLL_RANGE_S = (0.01, 3.0)
 HEARTBEAT_RANGE_S = (10.0, 1800.0)  # the SuperLink refuses others (HEARTBEAT_MIN/MAX_INTERVAL)
 
 
-SHORT_POLLS_ADVICE = "turn short-polls off (Flower's own polls: 3 s idle, 1 s pull back-off)"
-
-
-def check_flower(
-    version: str | None = None, what: str = "short-polls patches", advice: str = SHORT_POLLS_ADVICE
-) -> None:
-    """ValueError unless this (or ``version``) is the Flower ``what`` was read against."""
+def tested_flower(version: str | None = None) -> bool:
+    """Whether this (or ``version``) is the Flower the patches were read against."""
     version = flwr.__version__ if version is None else version
-    if not version.startswith(SUPPORTED_FLWR):
+    return version.startswith(SUPPORTED_FLWR)
+
+
+def stand_aside_warning(name: str, version: str) -> str:
+    """The line that says patch ``name`` is off on flwr ``version``, and what that costs."""
+    patch = PATCHES[name]
+    return (
+        f"edgeflex: flwr {version} is untested (patches read against {patch.flower}): "
+        f"{name} stands aside. It fixes: {patch.change}. Without it: {patch.without}"
+    )
+
+
+def stands_aside(name: str) -> bool:
+    """True, with a warning naming what is lost, where this Flower is not the one patch
+    ``name`` was read against: the patch then leaves Flower as it is."""
+    if tested_flower():
+        return False
+    log(WARNING, "%s", stand_aside_warning(name, flwr.__version__))
+    return True
+
+
+def check_flower(version: str | None = None, *, what: str, advice: str) -> None:
+    """ValueError unless this (or ``version``) is the Flower ``what`` was read against: for
+    code that cannot stand aside (the edge agent is a node of its own on Flower's internals)."""
+    version = flwr.__version__ if version is None else version
+    if not tested_flower(version):
         raise ValueError(f"{what} flwr {SUPPORTED_FLWR}x only; this is flwr {version}: {advice}")
 
 
@@ -169,10 +208,11 @@ def shorten_supernode(
     module: ModuleType, idle_s: float = DEFAULT_IDLE_POLL_S, reply_s: float = DEFAULT_REPLY_POLL_S
 ) -> None:
     """Patch the SuperNode's loop (``flwr.supernode.start_client_internal``)."""
-    check_flower()
     for name, value in (("idle poll", idle_s), ("reply poll", reply_s)):
         if not POLL_RANGE_S[0] <= value <= POLL_RANGE_S[1]:
             raise ValueError(f"{name} must be within {list(POLL_RANGE_S)} s, got {value}")
+    if stands_aside("shorten_supernode"):
+        return
     _require(module, f"time.sleep({IDLE_SLEEP_S})", f"time.sleep({REPLY_SLEEP_S})")
     _short_pull(module)
     module.time = ShortSleeps({IDLE_SLEEP_S: idle_s, REPLY_SLEEP_S: reply_s})  # type: ignore[attr-defined]
@@ -214,7 +254,8 @@ def shorten_grid_pull(fallback_s: float) -> None:
     leaves a reply the SuperLink serves without them until its push session expires (180 s);
     Flower pulls a round's replies one after another, so each such reply would hold the whole
     round that long. Past the deadline Flower's grid turns it into an error reply."""
-    check_flower()
+    if stands_aside("shorten_grid_pull"):
+        return
     from flwr.superlink.grid import http_grid
 
     _require(http_grid, "pull_objects(")
@@ -241,12 +282,13 @@ def set_heartbeat(*modules: ModuleType, interval_s: float) -> None:
     often a process beats (``flwr.supercore.heartbeat``: every 0.7-0.9 x (interval - 5 s)), and
     how long a SuperNode waits for a silent task before it answers with an error
     (``flwr.supercore.corestate.in_memory_corestate``: twice the interval)."""
-    check_flower()
     low, high = HEARTBEAT_RANGE_S
     if not low <= interval_s <= high:
         raise ValueError(
             f"heartbeat interval must be within [{low:g}, {high:g}] s, got {interval_s}"
         )
+    if stands_aside("set_heartbeat"):
+        return
     for module in modules:
         _require(module, "HEARTBEAT_DEFAULT_INTERVAL")
     for module in modules:
@@ -293,15 +335,14 @@ def shorten_pickup(pickup_s: float = PICKUP_S) -> bool:
     module = sys.modules.get(VCE_MODULE)
     if module is None:
         return False
-    from flwr.common import log
-
     original = module.add_messages_to_queue
     if getattr(original, "edgeflex_pickup_s", None) is not None:
         return True
+    if stands_aside("shorten_pickup"):
+        return False
     try:
-        check_flower()
         source = inspect.getsource(original)
-    except (ValueError, OSError, TypeError) as exc:
+    except (OSError, TypeError) as exc:
         log(WARNING, "edgeflex: simulation pickup not shortened: %s", exc)
         return False
     missing = [snippet for snippet in REPLACED_SOURCE if snippet not in source]
@@ -396,7 +437,8 @@ def set_task_identity() -> Callable[[], None]:
     """Give this process the run, node and task identity ``Message()`` reads (flwr 1.42's
     ``TaskIdentity``, set only inside a running federation): for the in-process federation of
     tests and benchmarks. Returns what puts the previous identity back."""
-    check_flower(what="set_task_identity", advice="read TaskIdentity in the new Flower")
+    if stands_aside("set_task_identity"):
+        return lambda: None
     from flwr.supercore.task_identity import TaskIdentity
 
     names = ("_run_id", "_node_id", "_task_id")

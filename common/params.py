@@ -10,7 +10,9 @@ from torch import nn
 
 
 def model_to_vector(model: nn.Module) -> NDArray[np.float32]:
-    return torch.cat([t.detach().reshape(-1).float() for t in model.state_dict().values()]).numpy()
+    # .cpu(): a model trained on a GPU comes back (on the CPU it is the tensor itself)
+    flat = torch.cat([t.detach().reshape(-1).float() for t in model.state_dict().values()])
+    return flat.cpu().numpy()
 
 
 def positions_of(model: nn.Module, names: set[str]) -> NDArray[np.int64]:

@@ -12,6 +12,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
+from common.accelerator import resolve
 from common.flower_patches import shorten_grid_pull, tune_simulation_process
 from common.settings import ConfigError, Settings
 from server.build import build_run
@@ -84,9 +85,9 @@ def check_simulated_nodes(
     if count != expected:
         raise ConfigError(
             f"num-clients = {expected} but this simulation has {count} nodes: set "
-            f"num-supernodes = {expected} in the federation (flwr run . --federation-config "
-            f"'num-supernodes={expected}'), or num-clients = {count}; python -m commands.run "
-            "sets it for you"
+            f"num-supernodes = {expected} (python -m commands.flwr_home start --num-supernodes "
+            f"{expected}, or flwr run . --federation-config 'num-supernodes={expected}'), or "
+            f"num-clients = {count}; python -m commands.run sets it for you"
         )
 
 
@@ -146,6 +147,9 @@ def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
     if isinstance(grid, InMemoryGrid):  # before anything is built or written
         check_simulated_nodes(grid, settings.run.num_clients, settings.run.round_timeout_s)
+        # a simulation's clients train on this machine: refused before round 1 (under plain
+        # `flwr run .`)
+        resolve(settings.training.device)
     if settings.deployment.short_polls:
         shorten_grid_pull(settings.run.round_timeout_s)
     # Polls from 2 ms, doubling up to 0.1 s (Flower's: 3 s), or 5 ms in simulation, where a

@@ -267,7 +267,16 @@ def test_the_link_check_finds_a_missing_file_heading_or_a_way_out(tmp_path: Path
     assert anchors(tmp_path / "b.md") == {"b", "make-run-the-flagship-at-seed-42", "b-1"}
 
 
-SKIPPED = {".venv", ".git", ".flwr", ".mypy_cache", ".ruff_cache", ".pytest_cache", "results"}
+SKIPPED = {
+    ".venv",
+    ".venv-flwr-nightly",  # make test-flwr-nightly
+    ".git",
+    ".flwr",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "results",
+}
 
 
 def cited_pages(root: Path) -> set[str]:

@@ -1,7 +1,7 @@
 """Where edgeflex reaches inside Flower, listed: docs/architecture.md's table of the modules
 that import a private Flower module or write a private attribute of a Flower object equals
 what the code does, and every patch in common/flower_patches.py says which Flower it checks,
-what Flower does, what it changes and when it can go."""
+what Flower does, what it changes, what is lost where it stands aside and when it can go."""
 
 from __future__ import annotations
 
@@ -152,20 +152,20 @@ def test_the_table_parser_reads_each_row() -> None:
 
 
 def _patches_in_module() -> set[str]:
-    """The module's public functions that check the Flower version: the patches."""
-    return {
-        name
-        for name, function in inspect.getmembers(flower_patches, inspect.isfunction)
-        if function.__module__ == flower_patches.__name__
-        and not name.startswith("_")
-        and name != "check_flower"
-        and "check_flower(" in inspect.getsource(function)
-    }
+    """The module's public functions that stand aside on another Flower, each under its own
+    name: the patches."""
+    found = set()
+    for name, function in inspect.getmembers(flower_patches, inspect.isfunction):
+        source = inspect.getsource(function)
+        if function.__module__ == flower_patches.__name__ and "stands_aside(" in source:
+            assert name == "stands_aside" or f'stands_aside("{name}")' in source, name
+            found.add(name)
+    return found - {"stands_aside"}
 
 
-def test_every_patch_says_which_flower_what_it_changes_and_when_it_can_go() -> None:
+def test_every_patch_says_which_flower_what_it_changes_what_is_lost_and_when_it_can_go() -> None:
     assert set(PATCHES) == _patches_in_module()
     for name, patch in PATCHES.items():
         assert patch.flower.startswith(SUPPORTED_FLWR), name
-        for field in ("upstream", "change", "removable_when"):
+        for field in ("upstream", "change", "without", "removable_when"):
             assert len(getattr(patch, field).split()) >= 5, f"{name}: {field} says too little"

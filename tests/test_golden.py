@@ -45,6 +45,7 @@ NEW_SETTINGS = {
     "batch-norm-statistics": "averaged",
     "checkpoint-every": 0,
     "clients-per-round": 0,
+    "device": "cpu",  # issue 52: where clients train; the records are the CPU's
     "resume-from": "",
     "selector": "topk",  # with encoding: what compressor = "topk" was (issue 50)
     "encoding": "float32",

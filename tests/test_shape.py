@@ -162,6 +162,7 @@ ELSEWHERE = {
     ("testing/attacks.py", "examples"): "an attack on num-examples, not the aggregation weights",
     ("common/settings/load.py", "leader"): "the key leader, not the index policy",
     ("collectives/allreduce/names.py", "residual-hints"): "that policy's reply key",
+    ("timing/devices.py", "cpu"): "the hardware a preset's figures assume, not the device key",
 }
 REFERENCE = re.compile(r"^[\w.]+:[A-Za-z_]\w*$")  # "module:TABLE": where a table is, not a name
 

@@ -2,7 +2,8 @@
 
 A device's compute is charged from the model's work: a local round of ``steps`` SGD steps over
 ``samples`` samples takes steps x step overhead + samples x FLOPs per sample / FLOP/s, with the
-FLOPs per sample counted from the model (common/workload.py).
+FLOPs per sample counted from the model (common/workload.py). Each preset says which hardware
+its figures assume (``hardware``): a deployed device trains there (its agent's ``--device``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from common.settings import ConfigError
 MBPS = 1e6 / 8.0  # bytes per second in one megabit per second
 
 GFLOPS = 1e9
+HARDWARE = ("cpu", "gpu")  # what a preset's compute figures were measured or estimated on
 PRESET_FIELDS = {
     "description": str,
     "source": str,
@@ -27,6 +29,7 @@ PRESET_FIELDS = {
     "uplink-mbps": float,
     "downlink-mbps": float,
     "latency-ms": float,
+    "hardware": str,
 }
 REQUIRED_PRESET_FIELDS = (
     "source",
@@ -35,8 +38,10 @@ REQUIRED_PRESET_FIELDS = (
     "uplink-mbps",
     "downlink-mbps",
     "latency-ms",
+    "hardware",
 )
 NON_NEGATIVE_FIELDS = ("step-overhead-ms", "latency-ms")  # the others must be > 0
+ALLOWED_VALUES = {"hardware": HARDWARE}  # text fields with a fixed set of values
 
 
 class DeviceConfigError(ConfigError):
@@ -53,8 +58,14 @@ class DeviceProfile:
     uplink_bytes_per_s: float
     downlink_bytes_per_s: float
     latency_s: float
+    hardware: str = HARDWARE[0]  # of the compute figures; the clock does not read it
 
     def __post_init__(self) -> None:
+        if self.hardware not in HARDWARE:
+            raise ValueError(
+                f"device {self.name!r}: hardware must be one of {', '.join(HARDWARE)}, "
+                f"got {self.hardware!r}"
+            )
         for label, value in (
             ("train throughput", self.train_flops_per_s),
             ("uplink bandwidth", self.uplink_bytes_per_s),
@@ -150,6 +161,12 @@ def _preset(path: Path, name: str, fields: Mapping[str, Any], line: int) -> Devi
         if PRESET_FIELDS[key] is str:
             if not fields[key].strip():
                 raise DeviceConfigError(f"{where}: field {key!r} is empty")
+            allowed = ALLOWED_VALUES.get(key)
+            if allowed is not None and fields[key] not in allowed:
+                raise DeviceConfigError(
+                    f"{where}: field {key!r} = {fields[key]!r} is not allowed; allowed "
+                    f"values: {', '.join(allowed)}"
+                )
             continue
         value = float(fields[key])
         positive_needed = key not in NON_NEGATIVE_FIELDS
@@ -163,4 +180,5 @@ def _preset(path: Path, name: str, fields: Mapping[str, Any], line: int) -> Devi
         uplink_bytes_per_s=float(fields["uplink-mbps"]) * MBPS,
         downlink_bytes_per_s=float(fields["downlink-mbps"]) * MBPS,
         latency_s=float(fields["latency-ms"]) / 1000.0,
+        hardware=fields["hardware"],
     )

@@ -41,6 +41,7 @@ TABLES = {
     "lr_scaling": "strategies.policies.lr:LR_SCALINGS",
     "partitioner": "common.data:PARTITIONERS",
     "model": "common.models:MODELS",
+    "device": "common.accelerator:DEVICES",
     "robust": "strategies.policies.robust:DEFENCES",
     "server_optimizer": "strategies.policies.server_optimizer:SERVER_OPTIMIZERS",
     "batch_norm_statistics": "strategies.policies.statistics:STATISTICS",

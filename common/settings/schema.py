@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from common.flower_patches import check_flower
 from common.rates import check_stream_rates
 from wire.stream_samples import parse_broker
 
@@ -93,6 +92,10 @@ class Training(Section):
     """The model, each client's local SGD, and the server's step."""
 
     model: str = Field(description="from the registry, or your own: package.module:factory")
+    device: str = Field(
+        description="where clients train: auto takes CUDA, then MPS, else the CPU; an edge "
+        "agent takes its own --device instead"
+    )
     local_steps: int = Field(ge=1, description="SGD steps per client per round")
     batch_size: int = Field(ge=1, description="samples per local SGD step")
     learning_rate: float = Field(gt=0, description="client SGD step size")
@@ -215,11 +218,6 @@ class Deployment(Section):
 
     @model_validator(mode="after")
     def _usable(self) -> Deployment:
-        try:
-            if self.short_polls:
-                check_flower()
-        except ValueError as exc:
-            raise ValueError(f"short-polls: {exc}") from None
         try:
             if self.wake_broker:
                 parse_broker(self.wake_broker)

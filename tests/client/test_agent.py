@@ -52,8 +52,17 @@ def test_the_agent_runs_only_its_own_app_at_its_own_version() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--insecure", "--mqtt", "127.0.0.1:1883"], "--mqtt needs --partition-id"),
-        (["--insecure", "--mqtt", "localhost", "--partition-id", "0"], "is not host:port"),
+        (["--insecure", "--mqtt", "127.0.0.1:1883"], "--mqtt needs partition-id=N (N >= 0)"),
+        (
+            ["--insecure", "--mqtt", "127.0.0.1:1883", "--node-config", "partition-id=-1"],
+            "--mqtt needs partition-id=N (N >= 0)",
+        ),
+        (["--insecure", "--mqtt", "localhost", "--node-config", "partition-id=0"], "host:port"),
+        (
+            ["--insecure", "--node-config", "partition-id=0 num-partitions=3 partition-id=1"],
+            "--node-config names partition-id more than once",
+        ),
+        (["--insecure", "--node-config", "partition-id=0x"], "--node-config 'partition-id=0x'"),
         (["--insecure", "--wake-broker", "nowhere"], "is not host:port"),
         (["--insecure", "--idle-poll-s", "0"], "--idle-poll-s must be within"),
         (["--insecure", "--heartbeat-interval-s", "5"], "heartbeat interval must be within"),

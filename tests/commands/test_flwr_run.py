@@ -11,7 +11,7 @@ import pytest
 
 from commands import flwr_home
 from commands.run import free_port
-from common.settings import PROJECT_ROOT, default_run_config
+from common.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -23,8 +23,7 @@ def test_setup_writes_the_connection_and_the_variables_once(tmp_path: Path) -> N
     flwr_home.setup(tmp_path / "home", activate)  # again: nothing doubles
     config = tomllib.loads((tmp_path / "home" / "config.toml").read_text())
     connection = config["superlink"][config["superlink"]["default"]]
-    assert connection["address"] == ":local-in-memory:"
-    assert connection["options"]["num-supernodes"] == default_run_config()["num-clients"]
+    assert connection == {"address": ":local-in-memory:"}  # no options. (deprecated in 1.42)
     text = activate.read_text()
     assert text.startswith("# a venv's activate\n") and text.count(flwr_home.BEGIN) == 1
     assert 'export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1"' in text
@@ -55,8 +54,6 @@ def test_flwr_run_dot_runs_a_local_simulation_and_stop_ends_its_superlink(
                 "--stream",
                 "--run-config",
                 f'num-server-rounds=2 num-clients={num_clients} results-dir="{results}"',
-                "--federation-config",
-                "num-supernodes=3",
             ],
             cwd=PROJECT_ROOT,
             env=env,
@@ -67,8 +64,12 @@ def test_flwr_run_dot_runs_a_local_simulation_and_stop_ends_its_superlink(
         )
 
     try:
+        # The simulation settings live in the SuperLink, set as Flower 1.28+ wants it (its
+        # default, 2 SuperNodes, would fail a run of 3 clients).
+        flwr_home.start(home, env, num_supernodes=3)
         done = flwr_run(3, results)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "deprecated" not in done.stdout + done.stderr
         assert "edgeflex: round    2/2" in done.stdout
         assert (results / "summary.json").is_file()
         assert flwr_home.managed_superlinks(home)  # Flower left its SuperLink running

@@ -1,6 +1,7 @@
-"""common/flower_patches.py: what each patch changes, that it refuses a Flower it was not read
-against, and (the simulation pickup) that it patches only where the engine is, only when
-Flower's function is the one read, with the same lookups and a shorter wait."""
+"""common/flower_patches.py: what each patch changes, that it stands aside on a Flower it was not
+read against (saying what is lost), and (the simulation pickup) that it patches only where the
+engine is, only when Flower's function is the one read, with the same lookups and a shorter
+wait."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from typing import Any
 import pytest
 
 from common import flower_patches
-from common.flower_patches import PICKUP_S, VCE_MODULE, shorten_pickup
-from common.settings import ConfigError, settings_with
+from common.flower_patches import PATCHES, PICKUP_S, VCE_MODULE, shorten_pickup
+from common.settings import settings_with
+
+# Tests of what a patch changes: on a Flower it was not read against it stands aside instead.
+applies_here = pytest.mark.skipif(
+    not flower_patches.tested_flower(), reason="on this Flower the patches stand aside"
+)
 
 
 @pytest.fixture
@@ -37,6 +43,7 @@ def _fake_supernode(source: list[str], text: str) -> types.ModuleType:
     return module
 
 
+@applies_here
 def test_the_supernode_sleeps_are_shortened_and_pulls_back_off_briefly(
     monkeypatch: pytest.MonkeyPatch, source: list[str]
 ) -> None:
@@ -52,6 +59,7 @@ def test_the_supernode_sleeps_are_shortened_and_pulls_back_off_briefly(
     assert module.time.monotonic is flower_patches.time.monotonic
 
 
+@applies_here
 def test_a_changed_flower_source_is_not_patched(source: list[str]) -> None:
     module = _fake_supernode(source, "time.sleep(2) pull_objects(")
     with pytest.raises(ValueError, match=r"has no 'time.sleep\(3\)'"):
@@ -59,15 +67,63 @@ def test_a_changed_flower_source_is_not_patched(source: list[str]) -> None:
     assert module.time is None
 
 
-def test_another_flower_version_is_refused_before_anything_starts(
-    monkeypatch: pytest.MonkeyPatch,
+UNTESTED = "1.43.0.dev20261026"  # flwr-nightly's version as it was read
+
+
+def test_only_the_flower_read_is_tested() -> None:
+    assert flower_patches.tested_flower("1.42.0") and flower_patches.tested_flower("1.42.7")
+    for other in (UNTESTED, "1.43.0", "1.41.2", "1.420.0", "2.0.0"):
+        assert not flower_patches.tested_flower(other), other
+    with pytest.raises(ValueError, match="the agent flwr 1.42.x only; this is flwr 1.43.0: x"):
+        flower_patches.check_flower("1.43.0", what="the agent", advice="x")  # cannot stand aside
+
+
+def test_on_an_untested_flower_every_patch_stands_aside_and_says_what_is_lost(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with pytest.raises(ValueError, match="flwr 1.42.x only; this is flwr 1.43.0"):
-        flower_patches.check_flower("1.43.0")
-    monkeypatch.setattr(flower_patches.flwr, "__version__", "1.43.0")
-    with pytest.raises(ConfigError, match="short-polls: .*1.43.0"):
-        settings_with(short_polls=True)
-    assert not settings_with(short_polls=False).deployment.short_polls
+    """A newer Flower runs with Flower's own behaviour: no patch changes anything, nothing
+    raises, and one warning line per patch names it, what it fixes and what is lost."""
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.superlink.grid import http_grid
+
+    monkeypatch.setattr(flower_patches.flwr, "__version__", UNTESTED)
+    flowers_pull = http_grid.pull_objects
+    supernode = types.ModuleType("supernode")
+    supernode.time, supernode.pull_objects = time, flowers_pull  # type: ignore[attr-defined]
+    heartbeat = types.ModuleType("heartbeat")
+    heartbeat.HEARTBEAT_DEFAULT_INTERVAL = 30  # type: ignore[attr-defined]
+    engine = types.ModuleType(VCE_MODULE)
+    engine.add_messages_to_queue = flowers_loop = lambda *args: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, VCE_MODULE, engine)
+    names = ("_run_id", "_node_id", "_task_id")
+    identity = [getattr(TaskIdentity, name) for name in names]
+    with caplog.at_level("WARNING"):
+        flower_patches.shorten_supernode(supernode)
+        flower_patches.shorten_grid_pull(fallback_s=1.0)
+        flower_patches.set_heartbeat(heartbeat, interval_s=10)
+        assert flower_patches.shorten_pickup() is False
+        flower_patches.set_task_identity()()
+    assert supernode.time is time and supernode.pull_objects is flowers_pull
+    assert http_grid.pull_objects is flowers_pull
+    assert heartbeat.HEARTBEAT_DEFAULT_INTERVAL == 30
+    assert engine.add_messages_to_queue is flowers_loop
+    assert [getattr(TaskIdentity, name) for name in names] == identity
+    lines = [r.getMessage() for r in caplog.records if "stands aside" in r.getMessage()]
+    assert len(lines) == len(PATCHES)
+    for line, (name, patch) in zip(lines, PATCHES.items(), strict=True):
+        assert line.startswith(f"edgeflex: flwr {UNTESTED} is untested"), line
+        assert f" {name} stands aside" in line and patch.change in line and patch.without in line
+    # short-polls is accepted: its patches stand aside where they run
+    assert settings_with(short_polls=True).deployment.short_polls
+
+
+def test_a_bad_value_is_refused_on_any_flower(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standing aside is no reason to accept a value the tested Flower would refuse."""
+    monkeypatch.setattr(flower_patches.flwr, "__version__", UNTESTED)
+    with pytest.raises(ValueError, match=r"heartbeat interval must be within \[10, 1800\]"):
+        flower_patches.set_heartbeat(types.ModuleType("heartbeat"), interval_s=5)
+    with pytest.raises(ValueError, match="idle poll must be within"):
+        flower_patches.shorten_supernode(types.ModuleType("supernode"), idle_s=0.0)
 
 
 def test_out_of_range_polls_are_refused(source: list[str]) -> None:
@@ -94,6 +150,7 @@ def _fake_heartbeat_modules(source: list[str]) -> tuple[types.ModuleType, types.
     return connection, sender
 
 
+@applies_here
 def test_the_heartbeat_interval_is_announced_and_kept_within_flowers_bounds(
     source: list[str],
 ) -> None:
@@ -121,6 +178,7 @@ def test_the_installed_flower_announces_and_beats_by_the_patched_name() -> None:
         assert "HEARTBEAT_DEFAULT_INTERVAL" in flower_patches.inspect.getsource(module)
 
 
+@applies_here
 def test_the_grid_waits_for_a_replys_late_objects_until_the_exchanges_deadline_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -223,6 +281,7 @@ class _Clock:
         return self.now
 
 
+@applies_here
 @pytest.mark.parametrize(
     ("lookup_s", "wait_s"),
     [(0.0001, PICKUP_S), (0.01, 0.02)],  # quick lookups: the short wait; slow: twice theirs
@@ -246,6 +305,7 @@ def test_the_replacement_does_the_same_lookups_and_waits_the_short_interval(
     assert stop.waits == pytest.approx([wait_s, wait_s])
 
 
+@applies_here
 def test_a_changed_flower_function_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +315,7 @@ def test_a_changed_flower_function_is_left_alone(
     assert module.add_messages_to_queue is original
 
 
+@applies_here
 def test_a_loop_already_running_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -282,6 +343,7 @@ def test_flowers_own_function_is_the_one_read() -> None:
         assert snippet in source
 
 
+@applies_here
 def test_set_task_identity_sets_and_puts_back() -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -290,12 +352,6 @@ def test_set_task_identity_sets_and_puts_back() -> None:
     assert (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id) == (1, 1, 1)  # type: ignore[attr-defined]
     restore()
     assert TaskIdentity._run_id == before  # type: ignore[attr-defined]
-
-
-def test_set_task_identity_refuses_another_flower(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flower_patches.flwr, "__version__", "1.43.0")
-    with pytest.raises(ValueError, match="set_task_identity flwr 1.42.x only"):
-        flower_patches.set_task_identity()
 
 
 class _Metadata:

@@ -13,6 +13,7 @@ step-overhead-ms = 5.0
 uplink-mbps = 8.0
 downlink-mbps = 16.0
 latency-ms = 20.0
+hardware = "cpu"
 
 [preset.jetson]
 source = "a test"
@@ -21,6 +22,7 @@ step-overhead-ms = 1.0
 uplink-mbps = 80.0
 downlink-mbps = 80.0
 latency-ms = 1.0
+hardware = "gpu"
 
 [mix.two]
 presets = ["pi", "jetson"]
@@ -63,6 +65,16 @@ def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
     assert pi.uplink_bytes_per_s == 8.0 * MBPS == 1_000_000.0
     assert pi.downlink_bytes_per_s == 2_000_000.0
     assert pi.latency_s == pytest.approx(0.020)
+    assert pi.hardware == "cpu"
+
+
+def test_every_shipped_preset_says_its_hardware_and_jetsons_charge_their_gpu() -> None:
+    presets = load_catalog(PROJECT_ROOT / "configs" / "devices.toml").presets
+    assert {name: p.hardware for name, p in presets.items() if "jetson" in name} == {
+        "jetson-ethernet": "gpu",
+        "jetson-cpu-ethernet": "cpu",
+    }
+    assert {p.hardware for name, p in presets.items() if name.startswith("rpi")} == {"cpu"}
 
 
 @pytest.mark.parametrize(
@@ -78,13 +90,19 @@ def test_units_are_converted_to_bytes_and_seconds(tmp_path: Path) -> None:
         (
             'presets = ["pi", "jetson"]',
             'presets = ["pi", "tpu"]',
-            r":18: mix 'two': field 'presets' names unknown preset 'tpu'",
+            r":20: mix 'two': field 'presets' names unknown preset 'tpu'",
         ),
         ("uplink-mbps = 8.0", 'uplink-mbps = "fast"', r"field 'uplink-mbps' must be a float"),
         ("train-gflops = 2.0", "train-gflops = 0.0", r"'train-gflops' must be > 0, got 0.0"),
         ("step-overhead-ms = 5.0", "step-overhead-ms = -1", r"'step-overhead-ms' must be >= 0"),
         ('source = "a test"', 'source = " "', r":2: preset 'pi': field 'source' is empty"),
         ('source = "a test"\n', "", r":2: preset 'pi': missing field 'source'"),
+        ('hardware = "cpu"\n', "", r":2: preset 'pi': missing field 'hardware'"),
+        (
+            'hardware = "cpu"',
+            'hardware = "tpu"',
+            r":2: preset 'pi': field 'hardware' = 'tpu' is not allowed; allowed values: cpu, gpu",
+        ),
         (
             "train-gflops = 2.0",
             "compute-samples-per-s = 2000.0",
