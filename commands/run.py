@@ -185,7 +185,7 @@ def run(
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
     explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
     explicit["results-dir"] = settings.run.results_dir
-    run_config = format_overrides(explicit)  # refuses a value flwr cannot take: before writing
+    run_config = format_overrides(explicit)
     results_dir = Path(settings.run.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     # One FLWR_HOME per run, named after this process, so runs never share Flower state.
