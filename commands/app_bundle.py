@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tomllib
+import warnings
 from pathlib import Path
 
 from common.settings import PROJECT_ROOT
@@ -48,3 +49,23 @@ def stage_app(dest: Path, project: Path = PROJECT_ROOT) -> Path:
             project / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
     return dest
+
+
+def bundle_includes(relative: str, project: Path = PROJECT_ROOT) -> bool:
+    """Does the FAB of ``project`` hold the file at ``relative`` (a POSIX path from the
+    project)? Flower's own rules: the user's fab-include and fab-exclude, then its built-in
+    patterns (no ``test_*.py``, no ``.flwr/``, ...)."""
+    # Flower's CLI modules cost most of a second to import: only for a model of one's own
+    from flwr.cli.build import get_user_fab_patterns
+    from flwr.cli.utils import build_pathspec
+    from flwr.common.constant import FAB_EXCLUDE_PATTERNS, FAB_INCLUDE_PATTERNS
+
+    include, exclude = get_user_fab_patterns(tomllib.loads((project / PYPROJECT).read_text()))
+    with warnings.catch_warnings():  # Flower's pattern class, which pathspec deprecates
+        warnings.simplefilter("ignore", DeprecationWarning)
+        users = (include is None or build_pathspec(include).match_file(relative)) and not (
+            exclude is not None and build_pathspec(exclude).match_file(relative)
+        )
+        built_in = build_pathspec(FAB_INCLUDE_PATTERNS).match_file(relative)
+        excluded = build_pathspec(FAB_EXCLUDE_PATTERNS).match_file(relative)
+    return bool(users and built_in and not excluded)

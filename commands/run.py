@@ -3,6 +3,7 @@
     python -m commands.run --run-config 'num-server-rounds=3 seed=7 results-dir=/tmp/x'
     python -m commands.run --run-config configs/NAME.toml
     python -m commands.run --run-config 'configs/scadles.toml seed=7'
+    python -m commands.run --check --run-config configs/scadles.toml   # validate and print
 
 What it does, in order:
 1. validates the run config (pyproject defaults + overrides) before anything starts;
@@ -13,7 +14,10 @@ What it does, in order:
    writes everything Flower prints to ``results-dir/flower.log`` (``--verbose``: shows it);
 5. stops that SuperLink by its PID (its whole process group) when the run ends, fails or is
    interrupted, and reports the result and where the records are.
-Exit code 0 only when the run wrote its ``summary.json``.
+Exit code 0 only when the run wrote its ``summary.json``: ``flwr run --stream`` exits 0
+whatever became of the run (it streams the logs until the run ends and never asks how it
+ended), so a ServerApp that failed or stopped early is caught here. Exit code 2: a bad
+configuration, refused before anything starts or is written (``--check``: only that).
 """
 
 from __future__ import annotations
@@ -39,7 +43,13 @@ from typing import Any
 from commands.app_bundle import stage_app
 from commands.processes import stop_tree
 from commands.progress import RunOutput
-from commands.run_config import describe_model, format_overrides, parse_overrides, resolve_settings
+from commands.run_config import (
+    describe_model,
+    format_overrides,
+    parse_overrides,
+    resolve_settings,
+    resolved_text,
+)
 from common.accelerator import ray_gpus_per_client
 from common.settings import PROJECT_ROOT, ConfigError, Settings
 from state.store import store_root, sweep_abandoned
@@ -173,12 +183,13 @@ def run(
     it with ``verbose``); ``stream_to``: a file for all of it instead, no bar."""
     settings = resolve_settings(overrides)
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
+    explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
+    explicit["results-dir"] = settings.run.results_dir
+    run_config = format_overrides(explicit)
     results_dir = Path(settings.run.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     # One FLWR_HOME per run, named after this process, so runs never share Flower state.
     flwr_home = FLWR_DIR / f"home-{os.getpid()}-{time.monotonic_ns()}"
-    explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
-    explicit["results-dir"] = settings.run.results_dir
     try:
         with local_superlink(flwr_home, results_dir / "superlink.log") as port:
             write_connection(flwr_home, port)
@@ -189,7 +200,7 @@ def run(
                 CONNECTION,
                 "--stream",
                 "--run-config",
-                format_overrides(explicit),
+                run_config,
                 "--federation-config",
                 federation_config(settings),
             ]
@@ -215,7 +226,7 @@ def run(
         # a run stopped by a signal exits without its clean-up: its state store goes here
         sweep_abandoned(store_root(settings.deployment.state_store_dir))
     if code == 0 and not (results_dir / "summary.json").exists():
-        code = 1
+        code = 1  # flwr run exits 0 however the run ended: no summary, no finished run
     return code, results_dir
 
 
@@ -254,6 +265,27 @@ def _raise_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+CONFIG_ERROR = 2  # the exit code of a configuration refused before anything started
+
+
+def refused(exc: ConfigError) -> int:
+    print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
+    return CONFIG_ERROR
+
+
+def check(run_config: str) -> int:
+    """``--check``: validate ``run_config`` as a run would, print the resolved configuration
+    (a preset ``--run-config`` reads back: key = value by section) and start nothing."""
+    try:
+        settings = resolve_settings(parse_overrides(run_config))
+        model = describe_model(settings)
+        text = resolved_text(settings)
+    except ConfigError as exc:
+        return refused(exc)
+    print(f"# {model}\n{text}", end="")
+    return 0
+
+
 def launch(
     start: Callable[[dict[str, Any]], tuple[int, Path]],
     run_config: str,
@@ -271,8 +303,7 @@ def launch(
     try:
         code, results_dir = start(parse_overrides(run_config))
     except ConfigError as exc:
-        print(f"edgeflex: bad configuration: {exc}", file=sys.stderr)
-        return 2
+        return refused(exc)
     except KeyboardInterrupt:
         print(f"edgeflex: interrupted; {stopped} stopped", file=sys.stderr)
         return 130
@@ -302,7 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verbose", action="store_true", help="show Flower's lines, not a progress bar"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate, print the resolved configuration and exit, starting nothing",
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        return check(args.run_config)
     return launch(
         functools.partial(run, verbose=args.verbose),
         args.run_config,

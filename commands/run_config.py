@@ -5,18 +5,32 @@ process (``format_overrides``)."""
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 import re
+import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from commands.app_bundle import bundle_includes
 from common import local_files
 from common.accelerator import resolve
 from common.data import DataSpec, data_spec, is_made_here
-from common.models import check_model_fits
-from common.settings import PROJECT_ROOT, ConfigError, Settings, default_run_config
+from common.hub import hub_problem
+from common.models import MODELS, check_model_fits
+from common.settings import (
+    PROJECT_ROOT,
+    REFERENCE,
+    ConfigError,
+    Settings,
+    default_run_config,
+    joined_errors,
+)
+from common.settings.schema import key
 from common.workload import Workload, check_workload
+from server.checkpoint import checkpoint_file
 from server.records import default_results_dir
 from timing.devices import load_catalog
 from timing.network import load_schedule
@@ -49,18 +63,18 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
                 out.update(_flatten(tomllib.load(fh)))
         except tomllib.TOMLDecodeError as exc:  # its message says "(at line L, column C)"
             raise ConfigError(f"run-config preset {path}: {exc}") from None
-    for key, raw in pairs:
+    for name, raw in pairs:
         try:
-            out[key] = tomllib.loads(f"v = {raw}")["v"]
+            out[name] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
-            out[key] = raw  # a bare word such as a path or a name
+            out[name] = raw  # a bare word such as a path or a name
     return out
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
+    for part, value in table.items():
+        name = f"{prefix}{part}"
         if isinstance(value, Mapping):
             out.update(_flatten(value, f"{name}."))
         else:
@@ -86,22 +100,121 @@ def resolve_settings(overrides: Mapping[str, Any], now: float | None = None) -> 
         config["resume-from"] = str(PROJECT_ROOT / settings.run.resume_from)
     config["dataset"] = local_files.absolute(settings.data.dataset, Path.cwd())
     settings = Settings.from_run_config(config)
-    try:  # the clients this launcher starts train on this machine
+    # What the schema cannot see (files, the model, the hub): every problem at once, each
+    # naming its key first (a file's own error names the file: the key goes in front).
+    errors: list[ConfigError] = []
+    for names, check in _CHECKS:
+        try:
+            check(settings)
+        except ConfigError as exc:
+            message = str(exc)
+            if not message.startswith(names):
+                message = f"{names[0]} = {config[names[0]]!r}: {message}"
+            errors.append(type(exc)(message))  # its kind kept (DataFileError, ...)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigError(joined_errors(str(e) for e in errors))
+    return settings
+
+
+def _check_places(settings: Settings) -> None:
+    """The results directory can be made; the run to resume has a checkpoint."""
+    results = Path(settings.run.results_dir)
+    existing = next(p for p in (results, *results.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"results-dir = {str(results)!r} cannot be made: {existing} is not a directory "
+            "this user may write to"
+        )
+    if settings.run.resume_from:
+        checkpoint_file(Path(settings.run.resume_from))
+
+
+def _check_data_and_model(settings: Settings) -> None:
+    check_model_module(settings.training.model)
+    if is_made_here(settings.data.dataset):  # a local file is read now: errors before anything
+        check_model(settings)
+        return
+    problem = hub_problem(settings.data.dataset)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _check_device(settings: Settings) -> None:
+    """The clients this launcher starts train on this machine: its accelerator must exist."""
+    try:
         resolve(settings.training.device)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if is_made_here(settings.data.dataset):  # a local file is read now: errors before anything
-        check_model(settings)
+
+
+def _check_devices(settings: Settings) -> None:
     load_catalog(PROJECT_ROOT / settings.timing.devices_file).assign(
         settings.timing.device_mix, settings.run.num_clients
     )
+
+
+def _check_network(settings: Settings) -> None:
     load_schedule(
         PROJECT_ROOT / settings.timing.networks_file,
         settings.timing.network,
         settings.run.num_clients,
         settings.run.seed,
     )
-    return settings
+
+
+def _check_flwr_can_carry(settings: Settings) -> None:
+    """Every value travels to the ServerApp as ``flwr run --run-config`` text."""
+    format_overrides(settings.to_run_config())
+
+
+# (the keys a check is about, the check)
+_CHECKS: tuple[tuple[tuple[str, ...], Callable[[Settings], None]], ...] = (
+    (tuple(Settings.keys()), _check_flwr_can_carry),
+    (("results-dir", "resume-from"), _check_places),
+    (("dataset", "model"), _check_data_and_model),
+    (("device",), _check_device),
+    (("devices-file", "device-mix"), _check_devices),
+    (("networks-file", "network"), _check_network),
+)
+
+
+def check_model_module(model: str, project: Path = PROJECT_ROOT) -> None:
+    """A ``package.module:factory`` model is imported by the ServerApp and the ClientApps from
+    the app bundle (FAB) or the environment, not from this directory: a module of the project
+    that the bundle does not hold, or one found through the current directory only, is
+    refused. An import that fails is left to ``check_model``, which names it."""
+    if model in MODELS or not REFERENCE.match(model):
+        return
+    module = model.split(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        return
+    origin = Path(spec.origin).resolve()
+    how = (
+        'move it into a directory of its own and add "DIR/**/*.py" to fab-include under '
+        "[tool.flwr.app] in pyproject.toml, or install it as a package in the environment of "
+        "the server and of every node (docs/data-and-models.md#your-own-model)"
+    )
+    if origin.is_relative_to(project.resolve()):
+        relative = origin.relative_to(project.resolve()).as_posix()
+        if not bundle_includes(relative, project):
+            raise ConfigError(
+                f"model = {model!r}: {relative} is not in the app bundle the ServerApp and "
+                f"the ClientApps import it from; {how}"
+            )
+        return
+    cwd = Path.cwd().resolve()
+    searched = {Path(p).resolve() for p in sys.path if p} - {cwd}
+    if not any(origin.is_relative_to(p) for p in searched):
+        raise ConfigError(
+            f"model = {model!r}: {origin} is found through the current directory only, which "
+            f"the ServerApp does not search; {how}"
+        )
 
 
 def check_model(settings: Settings) -> Workload:
@@ -132,16 +245,30 @@ def describe_model(settings: Settings) -> str:
     )
 
 
-def toml_value(value: Any) -> str:
+def toml_value(value: Any, name: str = "value") -> str:
+    """``value`` as TOML that ``flwr run --run-config`` reads back; ``name``: its key."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
     text = str(value)
     if '"' in text or "\\" in text:
-        raise ConfigError(f"string value {text!r} may not contain quotes or backslashes")
+        raise ConfigError(
+            f"{name} = {text!r}: a string may not contain quotes or backslashes (flwr run "
+            "--run-config cannot carry them)"
+        )
     return f'"{text}"'
 
 
 def format_overrides(config: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={toml_value(v)}" for k, v in config.items())
+    return " ".join(f"{k}={toml_value(v, k)}" for k, v in config.items())
+
+
+def resolved_text(settings: Settings) -> str:
+    """Every key = value of ``settings``, by section in the schema's order, each section under
+    a comment: a preset that ``--run-config`` reads back."""
+    lines = []
+    for section, values in settings.model_dump().items():
+        lines.append(f"# {section}")
+        lines += [f"{key(k)} = {toml_value(v, key(k))}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common import local_files, synthetic
+from common.hub import hub_problem
 from common.settings import Settings
 
 if TYPE_CHECKING:
@@ -364,7 +365,7 @@ def _to_dataset(data: ArrayData) -> Dataset:
     return ds.cast_column("label", ClassLabel(num_classes=int(data.y.max()) + 1))
 
 
-# --- Hugging Face datasets: only where the hub is reachable --------------------------------
+# --- Hugging Face datasets: only where the hub is reachable or the cache holds them ------
 
 
 class HubUnavailableError(RuntimeError):
@@ -372,17 +373,11 @@ class HubUnavailableError(RuntimeError):
 
 
 def _require_hub(name: str) -> None:
-    """Fail fast (seconds, not a long retry loop) when the hub is unreachable."""
-    import huggingface_hub
-
-    try:
-        huggingface_hub.HfApi().dataset_info(name, timeout=5.0)
-    except Exception as exc:  # offline mode, DNS failure, timeout, unknown repo
-        raise HubUnavailableError(
-            f"dataset = {name!r} needs the Hugging Face Hub, which cannot be reached "
-            f'({type(exc).__name__}: {exc}). Use dataset = "{DIGITS}", which ships with '
-            "scikit-learn, or run where the hub is reachable."
-        ) from exc
+    """Fail fast (seconds, not a long retry loop) when the hub is unreachable and the
+    datasets cache holds no copy."""
+    problem = hub_problem(name)
+    if problem is not None:
+        raise HubUnavailableError(problem)
 
 
 def _hub_federated(settings: Settings):  # type: ignore[no-untyped-def]

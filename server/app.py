@@ -14,7 +14,7 @@ from flwr.superlink.grid import InMemoryGrid
 
 from common.accelerator import resolve
 from common.flower_patches import shorten_grid_pull, tune_simulation_process
-from common.settings import Settings
+from common.settings import ConfigError, Settings
 from server.build import build_run
 from server.checkpoint import Checkpoint, checkpoint_path, read_checkpoint, write_checkpoint
 from server.client_states import keep_only, restore_client_states, save_client_states
@@ -66,6 +66,29 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
                 f"within {timeout_s:.0f} s"
             )
         time.sleep(0.1)
+
+
+def check_simulated_nodes(
+    grid: Grid, expected: int, timeout_s: float, settle_s: float = 0.2
+) -> None:
+    """A simulation registers all its nodes at once, as its ServerApp starts: once their
+    count has held for ``settle_s``, a count other than num-clients fails now, not after
+    ``round-timeout-s`` (deployed SuperNodes join over time: ``wait_for_nodes`` waits)."""
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while True:
+        count = len(list(grid.get_node_ids()))
+        if (count and count == seen) or time.monotonic() > deadline:
+            break
+        seen = count
+        time.sleep(settle_s if count else 0.05)
+    if count != expected:
+        raise ConfigError(
+            f"num-clients = {expected} but this simulation has {count} nodes: set "
+            f"num-supernodes = {expected} (python -m commands.flwr_home start --num-supernodes "
+            f"{expected}, or flwr run . --federation-config 'num-supernodes={expected}'), or "
+            f"num-clients = {count}; python -m commands.run sets it for you"
+        )
 
 
 def resolve_results_dir(settings: Settings) -> Path:
@@ -122,8 +145,11 @@ def _remove_store(store: RunDirectory) -> None:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     settings = Settings.from_run_config(context.run_config)
-    if isinstance(grid, InMemoryGrid):  # a simulation's clients train on this machine:
-        resolve(settings.training.device)  # refused before round 1 (under plain `flwr run .`)
+    if isinstance(grid, InMemoryGrid):  # before anything is built or written
+        check_simulated_nodes(grid, settings.run.num_clients, settings.run.round_timeout_s)
+        # a simulation's clients train on this machine: refused before round 1 (under plain
+        # `flwr run .`)
+        resolve(settings.training.device)
     if settings.deployment.short_polls:
         shorten_grid_pull(settings.run.round_timeout_s)
     # Polls from 2 ms, doubling up to 0.1 s (Flower's: 3 s), or 5 ms in simulation, where a

@@ -116,16 +116,23 @@ def _model_part(state: object, size: int) -> np.ndarray:
     return vector
 
 
+def checkpoint_file(location: Path) -> Path:
+    """The file a resume reads at ``location`` (the launcher asks before anything starts);
+    ConfigError when there is none."""
+    path = checkpoint_path(location)
+    if path.is_file():
+        return path
+    pickled = location / PICKLED_NAME if location.is_dir() else None
+    if pickled is None or not pickled.is_file():
+        raise ConfigError(f"resume-from: no checkpoint at {path}")
+    return pickled  # refused by its content when read
+
+
 def read_checkpoint(location: Path, config: Mapping[str, Any], fresh: EdgeStrategy) -> Checkpoint:
     """The checkpoint at ``location`` (a results directory or the file), if it was written
     under ``config`` (the keys in RESUMABLE_KEYS aside), its state loaded onto ``fresh``
     (built from the same settings); ConfigError naming what is wrong. Nothing in the file runs."""
-    path = checkpoint_path(location)
-    if not path.is_file():
-        pickled = location / PICKLED_NAME if location.is_dir() else None
-        if pickled is None or not pickled.is_file():
-            raise ConfigError(f"resume-from: no checkpoint at {path}")
-        path = pickled  # refused below, by its content
+    path = checkpoint_file(location)
     try:
         parts = read_archive(path, KIND, parts=("run", "model", "strategy"))
         server_round, written, rows, accuracy, loss = _run_part(parts["run"])

@@ -63,3 +63,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if {"mqtt_broker", "nginx"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The Hugging Face Hub unreachable (its endpoint a closed loopback port) and an empty
+    datasets cache: what a machine without network sees, without touching the network."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    from commands.run import free_port
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf"))

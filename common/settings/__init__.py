@@ -7,6 +7,7 @@ from common.settings.load import (
     TABLES,
     ConfigError,
     default_run_config,
+    joined_errors,
     settings_with,
     table_names,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "Settings",
     "default_run_config",
+    "joined_errors",
     "settings_with",
     "table_names",
 ]

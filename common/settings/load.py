@@ -111,10 +111,12 @@ def _key_errors(run_config: Mapping[str, Any]) -> list[str]:
     return errors
 
 
-def _name_errors(settings: Settings) -> list[str]:
+def _name_errors(run_config: Mapping[str, Any]) -> list[str]:
     errors = []
     for field_name in TABLES:
-        value = getattr(getattr(settings, SECTION_OF[field_name]), field_name)
+        value = run_config.get(key(field_name))
+        if not isinstance(value, str):  # missing, or not a string: the schema names it
+            continue
         names = table_names(field_name)
         if value in names or (field_name in REFERENCES and REFERENCE.match(value)):
             continue
@@ -150,24 +152,27 @@ def parse(run_config: Mapping[str, Any], *, tables: bool = True) -> Settings:
     """
     errors = _key_errors(run_config)
     settings = None
-    if not errors:
+    if all(key(name) in run_config for name in SECTION_OF):  # unknown keys aside: the values
         sections: dict[str, dict[str, Any]] = {s: {} for s in Settings.model_fields}
         for name, section in SECTION_OF.items():
             sections[section][name] = run_config[key(name)]
         try:
             settings = Settings.model_validate(sections)
         except ValidationError as exc:
-            errors = [_value_error(e) for e in exc.errors(include_url=False)]
-    if settings is not None and tables:
-        errors = _name_errors(settings)
-        errors = errors or _plugin_errors(settings)
+            errors += [_value_error(e) for e in exc.errors(include_url=False)]
+    if tables:
+        names = _name_errors(run_config)
+        errors += names
+        if settings is not None and not names:  # plug-ins' rules read valid names only
+            errors += _plugin_errors(settings)
     if errors:
-        raise ConfigError(_joined(errors))
+        raise ConfigError(joined_errors(errors))
     assert settings is not None
     return settings
 
 
-def _joined(errors: Iterable[str]) -> str:
+def joined_errors(errors: Iterable[str]) -> str:
+    """One message for one problem, else a count and one line each."""
     errors = list(dict.fromkeys(errors))
     if len(errors) == 1:
         return errors[0]

@@ -44,18 +44,16 @@ def test_flwr_run_dot_runs_a_local_simulation_and_stop_ends_its_superlink(
     }
     pyproject = (PROJECT_ROOT / "pyproject.toml").read_bytes()
     results = tmp_path / "results"
-    try:
-        # The simulation settings live in the SuperLink, set as Flower 1.28+ wants it (its
-        # default, 2 SuperNodes, would fail a run of 3 clients).
-        flwr_home.start(home, env, num_supernodes=3)
-        done = subprocess.run(
+
+    def flwr_run(num_clients: int, results: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [
                 "flwr",
                 "run",
                 ".",
                 "--stream",
                 "--run-config",
-                f'num-server-rounds=2 num-clients=3 results-dir="{results}"',
+                f'num-server-rounds=2 num-clients={num_clients} results-dir="{results}"',
             ],
             cwd=PROJECT_ROOT,
             env=env,
@@ -64,11 +62,22 @@ def test_flwr_run_dot_runs_a_local_simulation_and_stop_ends_its_superlink(
             text=True,
             timeout=300,
         )
+
+    try:
+        # The simulation settings live in the SuperLink, set as Flower 1.28+ wants it (its
+        # default, 2 SuperNodes, would fail a run of 3 clients).
+        flwr_home.start(home, env, num_supernodes=3)
+        done = flwr_run(3, results)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "deprecated" not in done.stdout + done.stderr
         assert "edgeflex: round    2/2" in done.stdout
         assert (results / "summary.json").is_file()
         assert flwr_home.managed_superlinks(home)  # Flower left its SuperLink running
+        # more clients than simulated nodes: the ServerApp says so as it starts (it waited
+        # round-timeout-s, 600 s); flwr run exits 0 whatever became of the run
+        done = flwr_run(4, tmp_path / "too-many")
+        assert "num-clients = 4 but this simulation has 3 nodes" in done.stdout, done.stdout
+        assert done.returncode == 0 and not (tmp_path / "too-many").exists()
     finally:
         flwr_home.stop(home)
     assert flwr_home.managed_superlinks(home) == []

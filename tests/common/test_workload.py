@@ -128,10 +128,25 @@ def test_a_bad_own_model_is_refused_before_anything_starts(name: str, message: s
         check_workload(name, DIGITS_SPEC, seed=0)
 
 
+OWN_MODELS = """from torch import nn
+
+
+def small_model(spec):
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(spec.num_features, 32), nn.ReLU(), nn.Linear(32, spec.num_classes)
+    )
+"""
+
+
 @pytest.mark.usefixtures("task_identity")
-def test_own_model_trains_a_federation(tmp_path: Path) -> None:
-    """The launcher's checks, then the real ServerApp and ClientApps with the user's model."""
-    rounds, summary = _records(tmp_path, "tests.common.test_workload:small_model")
+def test_own_model_trains_a_federation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's checks, then the real ServerApp and ClientApps with the user's model,
+    from a module installed outside the project (one in it must be in the app bundle)."""
+    installed = tmp_path / "site"
+    installed.mkdir()
+    (installed / "own_models.py").write_text(OWN_MODELS)
+    monkeypatch.syspath_prepend(str(installed))
+    rounds, summary = _records(tmp_path, "own_models:small_model")
     assert summary["workload"]["parameters"] == 64 * 32 + 32 + 32 * 10 + 10
     assert len(rounds) == 2 and all(r["num_clients"] == 2 for r in rounds)
     assert rounds[-1]["accuracy"] > 0.2  # 2 rounds x 2 steps from about 0.1 (10 classes)
