@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server.last_rounds import LastRounds, time_to_target
+from server.last_rounds import SMOOTHING, WINDOW, LastRounds, time_to_target
 
 METRICS = (
     "a20",
@@ -177,4 +177,18 @@ def markdown(
             )
             + " |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + footer(target)
+
+
+def footer(target: float) -> str:
+    """What the columns of :func:`markdown` mean, printed under the table."""
+    return (
+        f"A20, S20, M20: a seed's test accuracy over its last {WINDOW} rounds: the mean (A20), "
+        f"the standard deviation from round to round (S20: how much it still swings) and the "
+        f"lowest (M20: its worst round). A20 is the mean ± sd over seeds; worst S20 and worst "
+        f"M20 are the largest S20 and the smallest M20 of any seed. reached {target:g}: seeds "
+        f"whose mean over {SMOOTHING} rounds reached {target:g}; virtual s to {target:g}: the "
+        f"virtual time of that round; speedup: the baseline's time to {target:g} over this "
+        f"run's, seed by seed. MB up / down: bytes sent, all rounds; comm s: virtual seconds "
+        f"spent transferring; peak buffer: the largest occupancy of any client's stream buffer.\n"
+    )
