@@ -34,8 +34,9 @@ SCADLES = "scadles"
 SCADLES_PRESET = PROJECT_ROOT / "configs" / "scadles.toml"
 # What makes a run ScaDLES rather than its collective: how its clients stream and train
 SCADLES_KEYS = ("batch-policy", "buffer-policy", "aggregation-weights", "lr-scaling")
-# Okabe & Ito's palette, black moved last and the yellow left out (faint on white)
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+# Okabe & Ito's palette without its yellow (faint on white); black sixth, for ScaDLES, so that
+# it stands apart from dense's blue in the figures that compare the two
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#000000", "#56B4E9")
 UNKNOWN_COLOUR = "#999999"
 BAND_ALPHA = 0.2  # one standard deviation over seeds, under the mean's line
 # The runs of one method (one colour) told apart: line styles, then markers on them
