@@ -182,13 +182,16 @@ def markdown(
 
 def footer(target: float) -> str:
     """What the columns of :func:`markdown` mean, printed under the table."""
-    return (
-        f"A20, S20, M20: a seed's test accuracy over its last {WINDOW} rounds: the mean (A20), "
-        f"the standard deviation from round to round (S20: how much it still swings) and the "
-        f"lowest (M20: its worst round). A20 is the mean ± sd over seeds; worst S20 and worst "
-        f"M20 are the largest S20 and the smallest M20 of any seed. reached {target:g}: seeds "
-        f"whose mean over {SMOOTHING} rounds reached {target:g}; virtual s to {target:g}: the "
-        f"virtual time of that round; speedup: the baseline's time to {target:g} over this "
-        f"run's, seed by seed. MB up / down: bytes sent, all rounds; comm s: virtual seconds "
-        f"spent transferring; peak buffer: the largest occupancy of any client's stream buffer.\n"
+    t, w = f"{target:g}", WINDOW
+    lines = (
+        f"A20: a seed's mean test accuracy over its last {w} rounds; mean ± sd over seeds.",
+        f"worst S20: the sd of those {w} rounds' accuracy (how much it still swings from "
+        "round to round), of the seed where it is largest.",
+        f"worst M20: the lowest accuracy of those {w} rounds, of the seed where it is lowest.",
+        f"reached {t}: the seeds whose {SMOOTHING}-round moving mean reached {t}; "
+        f"virtual s to {t}: the virtual time of that round.",
+        f"speedup: the baseline's virtual s to {t} over this run's, seed by seed.",
+        "MB up / down: bytes sent, all rounds; comm s: virtual seconds spent transferring; "
+        "peak buffer: the largest occupancy of any client's stream buffer.",
     )
+    return "".join(f"- {line}\n" for line in lines)
