@@ -118,4 +118,5 @@ def draw(ax: Axes, curves: Sequence[Curve], x_axis: str) -> None:
     ax.set_ylabel(f"test accuracy{spread}")
     ax.set_ylim(0.0, 1.0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
+    # beside the axes, clear of every curve and band
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
