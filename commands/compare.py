@@ -196,12 +196,12 @@ def report(comparison: compare_spec.Comparison, jobs: Sequence[Job], out: Path) 
         + compare_table.markdown(table, target=comparison.target, baselines=baselines, seeds=seeds)
     )
     title = f"{comparison.name} (mean over {seeds} seed{'s' if seeds > 1 else ''})"
-    for by, file in (("time", "accuracy_vs_time.png"), ("bytes", "accuracy_vs_bytes.png")):
-        written.append(compare_plots.plot_accuracy(records, out / file, by=by, title=title))
+    written += compare_plots.plot_accuracies(records, configs, out, title=title)
     extra = [
         compare_plots.plot_ratio_schedule(records, configs, out / "ratio_schedule.png"),
         compare_plots.plot_scaling(
             {n: s["comm_time_s"].mean or 0.0 for n, s in table.items()},
+            configs,
             out / "comm_time_vs_clients.png",
             title=f"{comparison.name}: communication time",
         ),
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"edgeflex: no table: {exc}", file=sys.stderr)
         return 1
+    print("\n" + (out / "comparison.md").read_text())
     if failed:
         print(f"edgeflex: {len(failed)} run(s) failed; rerun to retry them", file=sys.stderr)
         return 1

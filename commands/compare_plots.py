@@ -1,6 +1,7 @@
-"""The comparison's plots: accuracy against virtual time and against bytes (mean over seeds,
-round by round), the ratio and collective chosen per round next to the link schedule, and
-communication time against the number of clients for runs named ``<group>-n<N>``."""
+"""The comparison's plots: accuracy against virtual time and against bytes (mean and one sd
+over seeds: commands/curves.py), the ratio and collective chosen per round next to the link
+schedule, and communication time against the number of clients for runs named
+``<group>-n<N>``. Each as PNG with an SVG beside it (server/figure_style.py)."""
 
 from __future__ import annotations
 
@@ -13,52 +14,73 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-from commands.plot_ratio_schedule import client0_links, scatter_ratios  # noqa: E402
+from commands import curves  # noqa: E402
+from commands.plot_ratio_schedule import client0_links, draw_links, scatter_ratios  # noqa: E402
+from server import figure_style  # noqa: E402
 
 Rows = Sequence[Mapping[str, Any]]
 
 
-def mean_curve(runs: Sequence[Rows], x_of: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Round-by-round mean of x and of accuracy over seeds (up to the shortest run)."""
-    length = min(len(rows) for rows in runs)
-    xs = np.array([[x_of(rows, i) for i in range(length)] for rows in runs])
-    ys = np.array([[float(rows[i]["accuracy"]) for i in range(length)] for rows in runs])
-    return xs.mean(axis=0), ys.mean(axis=0)
+# One figure per x axis: its file name and the axis (commands/curves.py)
+ACCURACY_FIGURES = {
+    "accuracy_vs_time.png": "virtual_time_s",
+    "accuracy_vs_bytes.png": "megabytes",
+}
 
 
-LINE_STYLES = ("-", "--", ":", "-.")
-
-
-def _virtual_s(rows: Rows, i: int) -> float:
-    return float(rows[i]["virtual_time_s"])
-
-
-def _megabytes(rows: Rows, i: int) -> float:
-    return sum(int(r["bytes_up"]) + int(r["bytes_down"]) for r in rows[: i + 1]) / 1e6
-
-
-def plot_accuracy(records: Mapping[str, Sequence[Rows]], out: Path, *, by: str, title: str) -> Path:
-    """``by`` = "time" (virtual seconds) or "bytes" (MB both ways, cumulative)."""
-    x_of, label = (_virtual_s, "virtual time (s)") if by == "time" else (_megabytes, "MB sent")
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for i, (name, runs) in enumerate(records.items()):
-        xs, ys = mean_curve(runs, x_of)
-        # matplotlib's colours repeat after ten lines: the next ten are dashed, and so on
-        ax.plot(xs, ys, label=name, linewidth=1.2, linestyle=LINE_STYLES[i // 10 % 4])
-    ax.set_xlabel(label + (" (log)" if by == "bytes" else ""))
-    if by == "bytes":
-        ax.set_xscale("log")
-    ax.set_ylabel("test accuracy (mean over seeds)")
-    ax.set_ylim(0.0, 1.0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+def plot_accuracy(
+    records: Mapping[str, Sequence[Rows]],
+    methods: Mapping[str, str],
+    out: Path,
+    *,
+    x_axis: str,
+    title: str,
+) -> list[Path]:
+    """:func:`accuracy_figure` written to ``out`` (PNG) and an SVG beside it."""
+    fig = accuracy_figure(records, methods, x_axis=x_axis, title=title)
+    written = figure_style.save(fig, out)
     plt.close(fig)
-    return out
+    return written
+
+
+def accuracy_figure(
+    records: Mapping[str, Sequence[Rows]],
+    methods: Mapping[str, str],
+    *,
+    x_axis: str,
+    title: str,
+) -> Figure:
+    """One curve per run name (``records``: name -> one list of rows per seed): the mean over
+    its seeds and a band of one sd, in the colour of its method (``methods``: name -> method),
+    labelled with the name."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    curves.draw(
+        ax,
+        [curves.curve(name, methods[name], runs, x_axis) for name, runs in records.items()],
+        x_axis,
+    )
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_accuracies(
+    records: Mapping[str, Sequence[Rows]],
+    configs: Mapping[str, Mapping[str, Any]],
+    out: Path,
+    *,
+    title: str,
+) -> list[Path]:
+    """Accuracy against virtual time and against bytes in ``out`` (a comparison's folder)."""
+    methods = {name: figure_style.method_of(config) for name, config in configs.items()}
+    return [
+        path
+        for file, x_axis in ACCURACY_FIGURES.items()
+        for path in plot_accuracy(records, methods, out / file, x_axis=x_axis, title=title)
+    ]
 
 
 def _adapts(rows: Rows) -> bool:
@@ -87,35 +109,45 @@ def plot_ratio_schedule(
     longest = max(adapting, key=lambda name: len(records[name][0]))  # its rounds span the rest
     config = configs[longest]
     rounds = [r["round"] for r in records[longest][0]]
-    links = client0_links(config, rounds)
-    bottom = axes[-1]
-    bottom.plot(rounds, [p.latency_s * 1e3 for p in links], color="tab:red")
-    bottom.set_ylabel("latency (ms)", color="tab:red")
-    twin = bottom.twinx()
-    twin.plot(rounds, [p.uplink_bytes_per_s * 8e-6 for p in links], color="tab:green")
-    twin.set_ylabel("Mbit/s", color="tab:green")
-    bottom.set_xlabel("round")
-    bottom.set_title(f"network {config['network']!r}, client 0", fontsize=9)
+    draw_links(axes[-1], rounds, client0_links(config, rounds))
+    axes[-1].set_title(f"network {config['network']!r}, client 0", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    figure_style.save(fig, out)
     plt.close(fig)
     return out
 
 
-def plot_scaling(results: Mapping[str, float], out: Path, *, title: str) -> Path | None:
+def plot_scaling(
+    results: Mapping[str, float],
+    configs: Mapping[str, Mapping[str, Any]],
+    out: Path,
+    *,
+    title: str,
+) -> Path | None:
     """Runs named ``<group>-n<N>``: one line per group, the value (communication seconds)
-    against N. None when no run is named so."""
+    against N, in the colour of the group's method. None when no run is named so."""
     groups: dict[str, list[tuple[int, float]]] = {}
+    methods: dict[str, str] = {}
     for name, value in results.items():
         match = re.fullmatch(r"(.+)-n(\d+)", name)
         if match:
             groups.setdefault(match.group(1), []).append((int(match.group(2)), value))
+            methods.setdefault(match.group(1), figure_style.method_of(configs[name]))
     if not groups:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    seen: dict[str, int] = {}
     for group, points in sorted(groups.items()):
         points.sort()
-        ax.plot(*zip(*points, strict=True), marker="o", label=group, linewidth=1.2)
+        k = seen[methods[group]] = seen.get(methods[group], -1) + 1
+        ax.plot(
+            *zip(*points, strict=True),
+            marker="o",
+            label=group,
+            linewidth=1.2,
+            color=figure_style.colour_of(methods[group]),
+            linestyle=figure_style.LINE_STYLES[k % len(figure_style.LINE_STYLES)],
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("clients")
@@ -124,6 +156,6 @@ def plot_scaling(results: Mapping[str, float], out: Path, *, title: str) -> Path
     ax.legend(fontsize=7)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    figure_style.save(fig, out)
     plt.close(fig)
     return out

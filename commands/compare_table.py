@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server.last_rounds import LastRounds, time_to_target
+from server.last_rounds import SMOOTHING, WINDOW, LastRounds, time_to_target
 
 METRICS = (
     "a20",
@@ -177,4 +177,21 @@ def markdown(
             )
             + " |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + footer(target)
+
+
+def footer(target: float) -> str:
+    """What the columns of :func:`markdown` mean, printed under the table."""
+    t, w = f"{target:g}", WINDOW
+    lines = (
+        f"A20: a seed's mean test accuracy over its last {w} rounds; mean ± sd over seeds.",
+        f"worst S20: the sd of those {w} rounds' accuracy (how much it still swings from "
+        "round to round), of the seed where it is largest.",
+        f"worst M20: the lowest accuracy of those {w} rounds, of the seed where it is lowest.",
+        f"reached {t}: the seeds whose {SMOOTHING}-round moving mean reached {t}; "
+        f"virtual s to {t}: the virtual time of that round.",
+        f"speedup: the baseline's virtual s to {t} over this run's, seed by seed.",
+        "MB up / down: bytes sent, all rounds; comm s: virtual seconds spent transferring; "
+        "peak buffer: the largest occupancy of any client's stream buffer.",
+    )
+    return "".join(f"- {line}\n" for line in lines)

@@ -26,11 +26,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from collectives import COLLECTIVES  # noqa: E402
 from common.settings import PROJECT_ROOT  # noqa: E402
+from server import figure_style  # noqa: E402
 from server.records import read_rounds  # noqa: E402
 from timing.devices import DeviceProfile, load_catalog  # noqa: E402
 from timing.network import load_schedule  # noqa: E402
+
+LATENCY_COLOUR, BANDWIDTH_COLOUR = "#555555", "#000000"
 
 
 def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[DeviceProfile]:
@@ -47,16 +49,24 @@ def client0_links(config: Mapping[str, Any], rounds: Sequence[int]) -> list[Devi
     return [schedule.profiles(r, devices)[0] for r in rounds]
 
 
-def collective_colour(name: str) -> str:
-    """One colour per collective, in the order of the collectives' table."""
-    return f"C{list(COLLECTIVES).index(name) % 10}" if name in COLLECTIVES else "black"
-
-
 def scatter_ratios(ax: Any, rows: Sequence[Mapping[str, Any]], size: float) -> None:
-    """Each round's c on ``ax``, coloured by the collective it ran."""
+    """Each round's c on ``ax``, in the colour of the collective it ran (server/figure_style)."""
     for mode in sorted({r["collective"] for r in rows}):
         pts = [(r["round"], r["compression_ratio"]) for r in rows if r["collective"] == mode]
-        ax.scatter(*zip(*pts, strict=True), s=size, color=collective_colour(mode), label=mode)
+        ax.scatter(*zip(*pts, strict=True), s=size, color=figure_style.colour_of(mode), label=mode)
+
+
+def draw_links(ax: Any, rounds: Sequence[int], links: Sequence[DeviceProfile]) -> None:
+    """Client 0's latency (solid) and bandwidth (dashed) per round, in grey and black: the
+    methods' colours are the collectives'."""
+    ax.plot(rounds, [p.latency_s * 1e3 for p in links], color=LATENCY_COLOUR)
+    ax.set_ylabel("latency (ms, solid)", color=LATENCY_COLOUR)
+    twin = ax.twinx()
+    bandwidth = [p.uplink_bytes_per_s * 8e-6 for p in links]
+    twin.plot(rounds, bandwidth, color=BANDWIDTH_COLOUR, linestyle="--")
+    twin.set_ylabel("bandwidth (Mbit/s, dashed)", color=BANDWIDTH_COLOUR)
+    ax.set_xlabel("round")
+    figure_style.integer_ticks(ax.xaxis)
 
 
 @dataclass(frozen=True)
@@ -124,16 +134,11 @@ def plot(
     top.set_ylabel("compression ratio c")
     top.legend(loc="upper right")
     top.set_title(f"{config['network']}: ratio and collective per round")
-    bottom.plot(rounds, [p.latency_s * 1e3 for p in links], color="tab:red", label="latency (ms)")
-    bottom.set_ylabel("latency (ms)", color="tab:red")
-    twin = bottom.twinx()
-    twin.plot(rounds, [p.uplink_bytes_per_s * 8e-6 for p in links], color="tab:green")
-    twin.set_ylabel("bandwidth (Mbit/s)", color="tab:green")
-    bottom.set_xlabel("round")
+    draw_links(bottom, rounds, links)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    for path in figure_style.save(fig, out):
+        print(f"wrote {path}")
     plt.close(fig)
-    print(f"wrote {out}")
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Run records: ``rounds.jsonl`` (one line per round), ``summary.json`` and ``accuracy.png``."""
+"""Run records: ``rounds.jsonl`` (one line per round), ``summary.json`` and ``accuracy.png``
+(with ``accuracy.svg``)."""
 
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ class RunRecorder:
         return {"validation_last_rounds": LastRounds.of(accuracies).as_record()}
 
     def finish(self) -> dict[str, Any]:
-        """Write ``summary.json`` and ``accuracy.png``; return the summary."""
+        """Write ``summary.json`` and ``accuracy.png`` (and its SVG); return the summary."""
         rounds = self._rounds
         accuracies = [r["accuracy"] for r in rounds]
         summary = {
@@ -154,7 +155,9 @@ class RunRecorder:
             summary["workload"] = self._workload
         (self.results_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         title = f"{self._config.get('collective', '')} on {self._config.get('dataset', '')}"
-        plot_accuracy(rounds, self._initial_accuracy, self.results_dir / "accuracy.png", title)
+        plot_accuracy(
+            rounds, self._initial_accuracy, self.results_dir / "accuracy.png", title, self._config
+        )
         return summary
 
 

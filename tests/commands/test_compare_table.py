@@ -75,6 +75,20 @@ def test_speedup_pairs_each_seed_with_the_baseline() -> None:
     )
     # the worst seed's S20: the one that never reached the target (0.02)
     assert "| slow | 0.9000 ± 0.0000 | 0.0200 | 0.8800 | 1/2 | 60.0 | 0.50x (base) |" in text
+    # Under the table, each abbreviated column said in words, with the window and the target
+    footer = text.partition("\n\n")[2].splitlines()
+    assert (
+        footer[0]
+        == "- A20: a seed's mean test accuracy over its last 20 rounds; mean ± sd over seeds."
+    )
+    assert [line.split(":")[0] for line in footer] == [
+        "- A20",
+        "- worst S20",
+        "- worst M20",
+        "- reached 0.9",
+        "- speedup",
+        "- MB up / down",
+    ]
     # A run may name its own baseline (one per network, say).
     own = summarise(results, {"base": "base", "fast": "slow", "slow": "base"})
     assert own["fast"]["speedup"].mean == pytest.approx(6.0) and own["fast"]["speedup"].n == 1

@@ -37,4 +37,5 @@ def test_rounds_summary_and_plot(tmp_path: Path) -> None:
     assert summary["virtual_time_s"] == 3.0
     assert summary["config"]["collective"] == "dense"
     assert (tmp_path / "run" / "accuracy.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "accuracy.svg").read_text().startswith("<?xml")
     assert "round    2/5" in progress_line(row, 5) and "acc 0.5000" in progress_line(row, 5)
