@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for run in runs.values():
             seconds, calls = run.parts[row]
-            cells.append(f"{1e3 * seconds:.1f} | {100 * seconds / run.total_s:.0f} % | {calls:g}")
+            cells.append(f"{1e3 * seconds:.1f} | {100 * seconds / run.total_s:.0f} % | {calls:.0f}")
         print(f"| {row} | " + " | ".join(cells) + " |")
     return 0
 
