@@ -1,15 +1,18 @@
-"""edgeflex's dense run against a minimal Flower FedAvg app on the same workload, alternately.
+"""edgeflex's rounds against a minimal Flower FedAvg app on the same workload, alternately.
 
     .venv/bin/python -m benchmarks.bench_flower_fedavg --rounds 60 --pairs 2
 
-Both run as local simulations the same way: a SuperLink of their own on a free loopback port,
-``flwr run ... --stream``, 10 simulated SuperNodes on Ray with one CPU each, then the SuperLink
-stopped. The yardstick (``benchmarks/fedavg_app``) is Flower's FedAvg and ``Strategy.start``
-with a ClientApp that does what edgeflex's dense client does (one SGD step on 32 samples of its
-digits partition, the same MLP) and centralized evaluation. Per run: launch to exit (wall
-seconds around the whole launch), and the median and mean wall seconds per round after the
-first (from the end of one round's evaluation to the next's). The order alternates in each pair,
-so neither always runs on a warm disk cache.
+Each run is a local simulation started the same way: a SuperLink of its own on a free loopback
+port, ``flwr run ... --stream``, 10 simulated SuperNodes on Ray with one CPU each, then the
+SuperLink stopped. The yardstick (``benchmarks/fedavg_app``) is Flower's FedAvg and
+``Strategy.start`` with a ClientApp that does what edgeflex's dense client does (one SGD step on
+32 samples of its digits partition, the same MLP) and centralized evaluation. edgeflex runs
+twice a pair: dense (the default) and compressed (Allgather, compression-ratio = 0.01). Per
+run: launch to exit (wall seconds around the whole launch), and the median and mean wall
+seconds per round after the first (from the end of one round's evaluation to the next's). The
+order reverses in every other pair, so no app always runs first on a warm disk cache. The ratio
+of each edgeflex workload's round to FedAvg's is the median over the pairs of its per-round
+median over FedAvg's.
 """
 
 from __future__ import annotations
@@ -49,8 +52,16 @@ class Measured:
         return statistics.fmean(self.per_round_s)
 
 
-def run_edgeflex(rounds: int, clients: int, seed: int, out: Path) -> Measured:
-    overrides = {
+# edgeflex's workloads: run-config overrides on the defaults (dense)
+WORKLOADS: dict[str, dict[str, object]] = {
+    "edgeflex dense": {},
+    "edgeflex compressed": {"collective": "allgather", "compression-ratio": 0.01},
+}
+FEDAVG = "Flower FedAvg"
+
+
+def run_edgeflex(app: str, rounds: int, clients: int, seed: int, out: Path) -> Measured:
+    overrides = WORKLOADS[app] | {
         "num-server-rounds": rounds,
         "num-clients": clients,
         "seed": seed,
@@ -61,11 +72,11 @@ def run_edgeflex(rounds: int, clients: int, seed: int, out: Path) -> Measured:
         code, _ = run_simulation.run(overrides, stream_to=log)
     launch_s = time.perf_counter() - began
     if code != 0:
-        raise RuntimeError(f"the edgeflex run failed (exit {code}); see {out}")
-    return Measured("edgeflex dense", launch_s, per_round_wall_s(read_rounds(out)))
+        raise RuntimeError(f"the {app} run failed (exit {code}); see {out}")
+    return Measured(app, launch_s, per_round_wall_s(read_rounds(out)))
 
 
-def run_fedavg(rounds: int, clients: int, seed: int, out: Path) -> Measured:
+def run_fedavg(app: str, rounds: int, clients: int, seed: int, out: Path) -> Measured:
     out.mkdir(parents=True)
     times = out / "times.json"
     home = run_simulation.FLWR_DIR / f"bench-{os.getpid()}-{time.monotonic_ns()}"
@@ -101,7 +112,7 @@ def run_fedavg(rounds: int, clients: int, seed: int, out: Path) -> Measured:
     if code != 0 or len(ends) != rounds + 1:
         raise RuntimeError(f"the FedAvg run failed (exit {code}); see {out / 'flower.log'}")
     steps = [b - a for a, b in zip(ends[1:], ends[2:], strict=False)]
-    return Measured("Flower FedAvg", launch_s, steps)
+    return Measured(app, launch_s, steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
-    runners = (run_edgeflex, run_fedavg)
+    apps = [*WORKLOADS, FEDAVG]
     results: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="bench-fedavg-") as tmp:
         for pair in range(args.pairs):
-            order = runners if pair % 2 == 0 else runners[::-1]
-            for runner in order:
-                out = Path(tmp) / f"{runner.__name__}-{pair}"
-                measured = runner(args.rounds, args.clients, args.seed, out)
+            for app in apps if pair % 2 == 0 else apps[::-1]:
+                runner = run_fedavg if app == FEDAVG else run_edgeflex
+                out = Path(tmp) / f"{app.replace(' ', '-')}-{pair}"
+                measured = runner(app, args.rounds, args.clients, args.seed, out)
                 results.append(measured)
                 print(
                     f"pair {pair + 1}: {measured.app}: launch to exit {measured.launch_s:.1f} s, "
@@ -128,25 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.clients} clients, {args.rounds} rounds, {args.pairs} pairs")
     print("| app | launch to exit (s) | per round, median (s) | per round, mean (s) |")
     print("|---|---|---|---|")
-    for app in ("edgeflex dense", "Flower FedAvg"):
+    for app in apps:
         mine = [m for m in results if m.app == app]
         launches = ", ".join(f"{m.launch_s:.1f}" for m in mine)
         medians = ", ".join(f"{m.median_s:.3f}" for m in mine)
         means = ", ".join(f"{m.mean_s:.3f}" for m in mine)
         print(f"| {app} | {launches} | {medians} | {means} |")
-    ours = statistics.median(m.median_s for m in results if m.app == "edgeflex dense")
-    theirs = statistics.median(m.median_s for m in results if m.app == "Flower FedAvg")
-    start_ours = statistics.median(
-        m.launch_s - sum(m.per_round_s) for m in results if m.app == "edgeflex dense"
-    )
-    start_theirs = statistics.median(
-        m.launch_s - sum(m.per_round_s) for m in results if m.app == "Flower FedAvg"
-    )
-    print(
-        f"\nper-round median: edgeflex {ours / theirs:.2f}x FedAvg's; launch to exit less the "
-        f"rounds after the first: edgeflex {start_ours:.1f} s, FedAvg {start_theirs:.1f} s "
-        f"({start_ours - start_theirs:+.1f} s)"
-    )
+    theirs = [m for m in results if m.app == FEDAVG]
+    start_theirs = statistics.median(m.launch_s - sum(m.per_round_s) for m in theirs)
+    print()
+    for app in WORKLOADS:
+        ours = [m for m in results if m.app == app]
+        # each pair's ratio: edgeflex's round against the FedAvg run beside it
+        ratio = statistics.median(
+            o.median_s / t.median_s for o, t in zip(ours, theirs, strict=True)
+        )
+        start_ours = statistics.median(m.launch_s - sum(m.per_round_s) for m in ours)
+        print(
+            f"{app}: a round costs {ratio:.2f}x FedAvg's (median over the pairs); launch to "
+            f"exit less the rounds after the first: {start_ours:.1f} s, FedAvg "
+            f"{start_theirs:.1f} s ({start_ours - start_theirs:+.1f} s)"
+        )
     return 0
 
 

@@ -21,6 +21,7 @@ from client.mods import packed_content, timing_stamps
 from client.node import node_identity, store_directory
 from client.replica import bring_up_to_date
 from client.reports import reports
+from client.run_settings import run_settings
 from client.saved_state import restore_state, save_state
 from collectives import COLLECTIVES
 from collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
@@ -69,7 +70,7 @@ def train(
     trainer: Trainer = train_locally,
     device: str | None = None,
 ) -> Message:
-    settings = Settings.from_run_config(context.run_config, tables=False)
+    settings = run_settings(context)
     model = build_model(settings.training.model, data_spec(settings), seed=settings.run.seed)
     # local training runs where the model is; an agent's own --device replaces the run's
     model.to(resolve(settings.training.device if device is None else device))
@@ -136,7 +137,7 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
 
     def handle(msg: Message, context: Context) -> Message:
         began = time.perf_counter()
-        settings = Settings.from_run_config(context.run_config, tables=False)
+        settings = run_settings(context)
         request = PhaseRequest.parse(msg.content)
         partition_id = node_identity(context, settings)
         sparse = handler(
@@ -158,7 +159,7 @@ def _action(handler: ActionHandler, phase: int) -> Callable[[Message, Context], 
 
 def identify(msg: Message, context: Context) -> Message:
     """clients-per-round: tell the server which partition this node holds."""
-    settings = Settings.from_run_config(context.run_config, tables=False)
+    settings = run_settings(context)
     return Message(content=identity_content(node_identity(context, settings)), reply_to=msg)
 
 

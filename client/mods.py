@@ -7,7 +7,7 @@ import time
 from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable
 
-from common.settings import Settings
+from client.run_settings import run_settings
 from wire.keys import METRICS_KEY, RECEIVED_AT, SENT_AT
 from wire.packing import is_packed, pack, unpack
 
@@ -17,9 +17,7 @@ def timing_stamps(msg: Message, context: Context, call_next: ClientAppCallable) 
     clock), so the server can split the round trip into download, busy and upload."""
     received_at = time.time()
     reply = call_next(msg, context)
-    measured = (
-        Settings.from_run_config(context.run_config, tables=False).timing.timing == "measured"
-    )
+    measured = run_settings(context).timing.timing == "measured"
     if measured and not reply.has_error() and METRICS_KEY in reply.content.metric_records:
         metrics = reply.content.metric_records[METRICS_KEY]
         metrics[RECEIVED_AT] = received_at

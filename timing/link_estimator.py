@@ -51,7 +51,8 @@ class _Observation:
 
 
 class LinkEstimator:
-    """One estimate per client; ``observe`` as messages complete, ``estimate`` when deciding."""
+    """One estimate per client; ``observe`` as messages complete, ``estimate`` when deciding
+    (the fits run then)."""
 
     def __init__(self, window: int = 24, change_factor: float = 3.0) -> None:
         if window < 4:
@@ -61,17 +62,28 @@ class LinkEstimator:
         self._observations: dict[int, deque[_Observation]] = {}
         self._estimates: dict[int, LinkEstimate] = {}
         self._surprises: dict[int, int] = {}
+        # Observations not fitted yet, per client: a fit (a robust regression over the window)
+        # runs when an estimate or the state is asked for, not on every message. Each client's
+        # fits chain on its own earlier ones only, so fitting later, in order, gives the same
+        # estimates; a run that never asks (a fixed ratio and collective) never fits.
+        self._unfitted: dict[int, list[_Observation]] = {}
 
     def observe(self, client: int, direction: str, nbytes: int, seconds: float) -> None:
         if direction not in (UP, DOWN):
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         if nbytes <= 0 or not (math.isfinite(seconds) and seconds > 0):
             return  # no message, or nothing measurable
-        observation = _Observation(direction, nbytes, seconds)
+        self._unfitted.setdefault(client, []).append(_Observation(direction, nbytes, seconds))
+
+    def _fit_unfitted(self, client: int) -> None:
+        for observation in self._unfitted.pop(client, []):
+            self._fit_one(client, observation)
+
+    def _fit_one(self, client: int, observation: _Observation) -> None:
         history = self._observations.setdefault(client, deque(maxlen=self.window))
         current = self._estimates.get(client)
         if current is not None and len(history) >= 4:
-            error = abs(_predict(current, observation) / seconds - 1.0)
+            error = abs(_predict(current, observation) / observation.seconds - 1.0)
             scale = self._relative_scale(client, current)
             if error > self.change_factor * scale + 0.1:
                 self._surprises[client] = self._surprises.get(client, 0) + 1
@@ -90,6 +102,7 @@ class LinkEstimator:
         return 1.4826 * float(np.median(errors))
 
     def estimate(self, client: int) -> LinkEstimate | None:
+        self._fit_unfitted(client)
         return self._estimates.get(client)
 
     STATE_SCHEMA = 1
@@ -97,6 +110,8 @@ class LinkEstimator:
     def state_dict(self) -> dict[str, object]:
         """Each client's recent observations (direction, bytes, seconds), its fit and its run
         of surprises."""
+        for client in list(self._unfitted):
+            self._fit_unfitted(client)
         return {
             "schema": self.STATE_SCHEMA,
             "observations": int_keys(
@@ -121,6 +136,7 @@ class LinkEstimator:
         self._estimates = fields.int_map("estimates", LinkEstimate.from_row)
         self._surprises = fields.int_map("surprises", _count)
         fields.done()
+        self._unfitted = {}
 
 
 def _observation(row: Any) -> _Observation:

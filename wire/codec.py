@@ -12,6 +12,7 @@ import math
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from io import BytesIO
 
 import numpy as np
@@ -88,6 +89,19 @@ _NPY_HEADERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
 }
+_NPY_MAGIC_BYTES = 8  # b"\x93NUMPY", then the major and minor version
+_NPY_LENGTH_BYTES = {(1, 0): 2, (2, 0): 4}  # the header's length field, little-endian
+
+NpyHeader = tuple[tuple[int, ...], bool, np.dtype]  # shape, Fortran order, dtype
+
+
+@lru_cache(maxsize=256)
+def _npy_header(version: tuple[int, int], header: bytes) -> NpyHeader:
+    """NumPy's own reading of a header (its length field, then the text): kept, since every
+    round's arrays repeat a few headers and NumPy parses each with ``ast.literal_eval`` (most
+    of a dense reply's checks, profiled). A header NumPy refuses raises each time."""
+    shape, fortran_order, dtype = _NPY_HEADERS[version](BytesIO(header))
+    return shape, fortran_order, dtype
 
 
 def read_npy(data: bytes | bytearray, name: str) -> NDArray[np.generic]:
@@ -96,19 +110,23 @@ def read_npy(data: bytes | bytearray, name: str) -> NDArray[np.generic]:
     any shape, and NumPy would allocate it before reading). ``PayloadError`` names ``name`` and
     what is wrong. A view of ``data`` (read-only for bytes). The one reader of ``.npy`` bytes:
     a message's arrays (``load_numpy``) and the arrays of a state file (``state/archive.py``)."""
-    stream = BytesIO(data)
     try:
-        header = _NPY_HEADERS[np.lib.format.read_magic(stream)](stream)
+        version = np.lib.format.read_magic(BytesIO(data[:_NPY_MAGIC_BYTES]))
+        length_bytes = _NPY_LENGTH_BYTES[version]
+        length = _NPY_MAGIC_BYTES + length_bytes
+        end = length + int.from_bytes(data[_NPY_MAGIC_BYTES:length], "little")
+        if len(data) < end:
+            raise ValueError("the header runs past the data")
+        shape, fortran_order, dtype = _npy_header(version, bytes(data[_NPY_MAGIC_BYTES:end]))
     except Exception:  # anything unreadable: not a .npy array this codec accepts
         raise PayloadError(f"array {name!r} has no readable .npy header") from None
-    shape, fortran_order, dtype = header
     if dtype.hasobject:
         raise PayloadError(f"array {name!r} holds Python objects")
     claimed = math.prod(shape) * dtype.itemsize
-    held = len(data) - stream.tell()
+    held = len(data) - end
     if claimed != held:
         raise PayloadError(f"array {name!r} carries {held} data bytes, expected {claimed}")
-    values = np.frombuffer(data, dtype=dtype, offset=stream.tell())
+    values = np.frombuffer(data, dtype=dtype, offset=end)
     return values.reshape(shape, order="F" if fortran_order else "C")
 
 

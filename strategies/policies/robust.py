@@ -62,10 +62,11 @@ DUPLICATE_COSINE = 0.999
 
 def alike(vectors: np.ndarray) -> NDArray[np.bool_]:
     """Which rows are near-copies of which (cosine at least ``DUPLICATE_COSINE``; a row is
-    alike to itself)."""
-    norms = np.linalg.norm(vectors, axis=1)
-    unit = vectors / np.where(norms > 0.0, norms, 1.0)[:, None]
-    return np.asarray(unit @ unit.T >= DUPLICATE_COSINE)
+    alike to itself, unless it is zero)."""
+    gram = vectors @ vectors.T
+    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+    safe = np.where(norms > 0.0, norms, 1.0)
+    return np.asarray(gram / np.outer(safe, safe) >= DUPLICATE_COSINE)
 
 
 def cosines_with_the_rest(
@@ -80,15 +81,22 @@ def cosines_with_the_rest(
     other."""
     stacked = np.asarray(vectors, dtype=np.float64)
     counted = np.ones(len(stacked), dtype=bool) if counted is None else counted
-    norms = np.linalg.norm(stacked, axis=1)
+    # Every dot product needed, from one product of the rows: norms are its diagonal, clipping
+    # scales its rows and columns, and own . rest and |rest|^2 are sums of its entries (the
+    # rest's rows were summed once per vector before: most of a round's screen).
+    gram = stacked @ stacked.T
+    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
     limit = float(np.median(norms[counted])) if counted.any() else 0.0
-    clipped = stacked * np.minimum(1.0, limit / np.where(norms > 0.0, norms, 1.0))[:, None]
+    clip = np.minimum(1.0, limit / np.where(norms > 0.0, norms, 1.0))
+    clipped = gram * np.outer(clip, clip)
     copies_of = alike(stacked) if copies_of is None else copies_of
     cosines = []
-    for own, copies in zip(clipped, copies_of, strict=True):
-        rest = clipped[counted & ~copies].sum(axis=0)
-        scale = float(np.linalg.norm(own) * np.linalg.norm(rest))
-        cosines.append(float(own @ rest) / scale if scale > 0.0 else 0.0)
+    for i, copies in enumerate(copies_of):
+        rest = counted & ~copies
+        own_norm = math.sqrt(max(float(clipped[i, i]), 0.0))
+        rest_norm = math.sqrt(max(float(clipped[rest][:, rest].sum()), 0.0))
+        scale = own_norm * rest_norm
+        cosines.append(float(clipped[i, rest].sum()) / scale if scale > 0.0 else 0.0)
     return cosines
 
 

@@ -35,6 +35,15 @@ def test_same_seed_same_weights_and_global_rng_untouched() -> None:
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.parametrize("name", DIGITS_MODELS)
+def test_weights_are_those_torch_manual_seed_draws(name: str) -> None:
+    """Only the CPU generator is seeded: the weights every record was made with."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(9)
+        expected = model_to_vector(MODELS[name](DIGITS_SPEC))
+    np.testing.assert_array_equal(model_to_vector(build_model(name, DIGITS_SPEC, seed=9)), expected)
+
+
 def test_flatten_and_unflatten_round_trip() -> None:
     model = build_model("cnn", DIGITS_SPEC, seed=1)
     layout = Layout.of_model(model)

@@ -16,7 +16,7 @@ from tests.helpers import (
     tiny_strategy,
     train_reply,
 )
-from wire.codec import PayloadError, load_numpy
+from wire.codec import PayloadError, load_numpy, read_npy
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 TERA = 10**12
@@ -91,3 +91,23 @@ def test_refusals_quote_a_client_briefly() -> None:
     strategy.aggregate_train(1, [reply_message(chatty, 100), reply_message(chatty, 101)])
     assert all(len(r) < 400 for r in last_round(strategy).refused)
     assert len(last_round(strategy).refused) == 2
+
+
+def test_headers_read_once_still_refuse_every_lie() -> None:
+    """read_npy keeps NumPy's reading of each header it saw: the same header with other data,
+    a header cut short, an unknown version or Python objects are refused every time."""
+    honest = _npy((4, 3))
+    truncated = honest[:20]
+    version_3 = honest[:6] + b"\x03\x00" + honest[8:]
+    objects = _npy((2,), "|O", b"\0" * 16)
+    cases = {
+        "carries 8 data bytes, expected 48": honest[:-40],
+        "no readable .npy header": truncated,
+        "no readable .npy header ": version_3,
+        "holds Python objects": objects,
+    }
+    for _ in range(2):  # the second time from what was kept
+        assert read_npy(honest, "w").shape == (4, 3)
+        for message, data in cases.items():
+            with pytest.raises(PayloadError, match=message.strip()):
+                read_npy(data, "w")

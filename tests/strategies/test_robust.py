@@ -390,3 +390,26 @@ def test_an_attacker_that_restarts_as_a_new_node_keeps_its_partitions_history(mo
         assert node > 1000 and "point against the others" in reason  # a restarted identity
         history = int(reason.split("over its last ")[1].split()[0])
         assert history > grid.restart_every  # longer than any one identity's
+
+
+def test_cosines_with_the_rest_are_the_definition_s() -> None:
+    """Each cosine, from one Gram matrix, is the cosine of the vector with the sum of the
+    counted rows that are not its copies, every row clipped to the counted rows' median norm."""
+    rng = np.random.default_rng(6)
+    vectors = [rng.normal(size=300).astype(np.float32) * s for s in (1.0, 0.5, 4.0, 2.0, 1.5)]
+    vectors.append(vectors[0] * np.float32(1.0001))  # a copy of the first
+    vectors.append(-vectors[2])  # against the third
+    counted = np.array([True, True, True, False, True, True, True])
+    rows = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1)
+    limit = np.median(norms[counted])
+    clipped = rows * np.minimum(1.0, limit / norms)[:, None]
+    copies = np.eye(len(rows), dtype=bool)
+    copies[0, 5] = copies[5, 0] = True
+    expected = []
+    for i, own in enumerate(clipped):
+        rest = clipped[counted & ~copies[i]].sum(axis=0)
+        expected.append(own @ rest / (np.linalg.norm(own) * np.linalg.norm(rest)))
+    assert cosines_with_the_rest(vectors, counted) == pytest.approx(expected, abs=1e-12)
+    assert cosines_with_the_rest(vectors, counted, copies) == pytest.approx(expected, abs=1e-12)
+    assert cosines_with_the_rest([np.zeros(3, dtype=np.float32)] * 3) == [0.0, 0.0, 0.0]

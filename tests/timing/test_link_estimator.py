@@ -73,3 +73,24 @@ def test_re_converges_under_noise_after_a_segment_change() -> None:
     new = (0.02, 0.25 * MB, 0.5 * MB)
     _feed(est, new, 48, rng, noise=0.2)
     _close(est, new, rel=0.10)
+
+
+def test_fitting_when_asked_gives_what_fitting_every_observation_gives() -> None:
+    """Fits run when an estimate or the state is asked for: the estimates, histories and
+    surprise counts are those of asking after every observation, through a link change."""
+    every, asked_once = LinkEstimator(window=16), LinkEstimator(window=16)
+    rng = np.random.default_rng(5)
+    links = [(0.05, 1 * MB, 2 * MB)] * 20 + [(0.01, 0.2 * MB, 0.3 * MB)] * 20
+    for step, (latency, up, down) in enumerate(links):
+        for client in (0, 1):
+            for direction, rate in ((UP, up), (DOWN, down)):
+                nbytes = int(rng.choice(SIZES))
+                seconds = (latency + nbytes / rate) * rng.uniform(0.9, 1.1)
+                for est in (every, asked_once):
+                    est.observe(client, direction, nbytes, seconds)
+            every.estimate(client)
+        if step == 25:  # a checkpoint in between fits what is waiting
+            assert asked_once.state_dict() == every.state_dict()
+    assert asked_once.estimate(0) == every.estimate(0)
+    assert asked_once.state_dict() == every.state_dict()
+    assert every.estimate(1) is not None and every.estimate(1) != every.estimate(0)

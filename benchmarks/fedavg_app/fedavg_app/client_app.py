@@ -21,10 +21,10 @@ def train(msg: Message, context: Context) -> Message:
     net = model(s)
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     server_round = int(msg.content["config"]["server-round"])
-    rng = np.random.default_rng([s.seed, partition_id, server_round])
-    batch = rng.choice(len(data), size=min(s.batch_size, len(data)), replace=False)
+    rng = np.random.default_rng([s.run.seed, partition_id, server_round])
+    batch = rng.choice(len(data), size=min(s.training.batch_size, len(data)), replace=False)
     x, y = torch.from_numpy(data.x[batch]), torch.from_numpy(data.y[batch])
-    optimizer = torch.optim.SGD(net.parameters(), lr=s.learning_rate)
+    optimizer = torch.optim.SGD(net.parameters(), lr=s.training.learning_rate)
     optimizer.zero_grad()
     loss = torch.nn.functional.cross_entropy(net(x), y)
     loss.backward()
@@ -32,7 +32,9 @@ def train(msg: Message, context: Context) -> Message:
     content = RecordDict(
         {
             "arrays": ArrayRecord(net.state_dict()),
-            "metrics": MetricRecord({"train-loss": float(loss), "num-examples": len(batch)}),
+            "metrics": MetricRecord(
+                {"train-loss": float(loss.detach()), "num-examples": len(batch)}
+            ),
         }
     )
     return Message(content=content, reply_to=msg)

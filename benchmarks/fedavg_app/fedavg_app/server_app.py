@@ -38,13 +38,13 @@ def main(grid: Grid, context: Context) -> None:
     strategy = FedAvg(
         fraction_train=1.0,
         fraction_evaluate=0.0,
-        min_train_nodes=s.num_clients,
-        min_available_nodes=s.num_clients,
+        min_train_nodes=s.run.num_clients,
+        min_available_nodes=s.run.num_clients,
     )
     strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(net.state_dict()),
-        num_rounds=s.num_server_rounds,
-        train_config=ConfigRecord({"lr": s.learning_rate}),
+        num_rounds=s.run.num_server_rounds,
+        train_config=ConfigRecord({"lr": s.training.learning_rate}),
         evaluate_fn=evaluate,
     )

@@ -25,7 +25,7 @@ def partition(partition_id: int, run_config_items: tuple[tuple[str, Any], ...]):
 
 
 def model(s: Settings):  # type: ignore[no-untyped-def]
-    return build_model(s.model, data_spec(s), seed=s.seed)
+    return build_model(s.training.model, data_spec(s), seed=s.run.seed)
 
 
 __all__ = ["model", "partition", "server_test_split", "settings"]
