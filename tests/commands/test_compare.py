@@ -131,3 +131,62 @@ def test_a_subset_keeps_the_matching_runs_their_baselines_and_the_seeds_asked() 
         compare_spec.subset(resnet, ["nothing-*"], None)
     with pytest.raises(ConfigError, match=r"seed\(s\) \[5\]"):
         compare_spec.subset(resnet, None, [5])
+
+
+GRID = """
+[[runs]]
+name = "{collective}-c{compression-ratio}"
+presets = ["configs/dsgd.toml"]
+[runs.config]
+num-clients = 4
+[runs.vary]
+collective = ["allgather", "allreduce"]
+compression-ratio = [0.01, 0.1]
+"""
+
+
+def test_a_grid_is_the_cross_product_first_key_slowest_named_by_its_pattern(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text(HEAD + RUN_A + GRID)
+    runs = compare_spec.load(path).runs
+    assert [r.name for r in runs] == [
+        "a",
+        "allgather-c0.01",
+        "allgather-c0.1",
+        "allreduce-c0.01",
+        "allreduce-c0.1",
+    ]
+    for run in runs[1:]:
+        collective, _, ratio = run.name.partition("-c")
+        assert run.config == {
+            "num-clients": 4,
+            "collective": collective,
+            "compression-ratio": float(ratio),
+        }
+        assert run.presets == ("configs/dsgd.toml",)
+
+
+@pytest.mark.parametrize(
+    ("grid", "match"),
+    [
+        (GRID.replace("-c{compression-ratio}", ""), "each varied key once"),
+        (GRID.replace('"{collective}', '"{topology}-{collective}'), "each varied key once"),
+        (GRID.replace("[0.01, 0.1]", "[]"), "vary.compression-ratio must be a list"),
+        (GRID.replace("[0.01, 0.1]", "[0.1, 0.1]"), "distinct values"),
+        (GRID.replace("num-clients = 4", "collective = 'dense'"), "both varied and set"),
+        (GRID.replace("[0.01, 0.1]", "[0.01, 2.0]"), r"'allgather-c2.0' \(seed 1\)"),
+        (
+            GRID.replace('collective = ["allgather", "allreduce"]', "seed = [1, 2]").replace(
+                "{collective}", "{seed}"
+            ),
+            "set by the runner",
+        ),
+    ],
+)
+def test_bad_grids_are_named(tmp_path: Path, grid: str, match: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(HEAD + RUN_A + grid)
+    with pytest.raises(ConfigError, match=match):
+        compare_spec.load(path)
