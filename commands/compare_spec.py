@@ -67,16 +67,19 @@ class Comparison:
     seeds: tuple[int, ...]
     common: Mapping[str, Any]
     runs: tuple[RunSpec, ...]
+    sets: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --set: over every run
 
     def baselines(self) -> dict[str, str]:
         """Each run's baseline: its own if it names one, else the comparison's."""
         return {r.name: r.baseline or self.baseline for r in self.runs}
 
     def overrides(self, run: RunSpec, seed: int, results_dir: Path) -> dict[str, Any]:
-        """The run config of ``run`` under ``seed``: presets, common, own config, seed, dir."""
+        """The run config of ``run`` under ``seed``: presets, common, own config, the
+        command line's ``--set`` pairs, seed, dir."""
         out = parse_overrides(" ".join(run.presets)) if run.presets else {}
         out.update(self.common)
         out.update(run.config)
+        out.update(self.sets)
         out["seed"] = seed
         out["results-dir"] = str(results_dir)
         return out
@@ -129,8 +132,7 @@ def expand(index: int, table: Any) -> list[RunSpec]:
     if clash:
         raise ConfigError(f"{where}: {', '.join(clash)} both varied and set in config")
     pattern = table.get("name")
-    fields = _FIELD.findall(pattern) if isinstance(pattern, str) else []
-    if sorted(fields) != sorted(vary):
+    if not isinstance(pattern, str) or sorted(_FIELD.findall(pattern)) != sorted(vary):
         raise ConfigError(
             f"{where}: name must hold each varied key once in braces, e.g. "
             + "-".join(f"{{{key}}}" for key in vary)
@@ -167,8 +169,22 @@ def _run(index: int, table: Any) -> RunSpec:
     return RunSpec(name, tuple(presets), dict(config), baseline)
 
 
-def load(path: Path) -> Comparison:
-    """Parse and check a comparison file; ``ConfigError`` names what is wrong."""
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs (values in TOML syntax, bare words taken as strings)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise ConfigError(f"--set {pair!r}: expected key=value")
+        if key.strip() in _RESERVED:
+            raise ConfigError(f"--set {key.strip()}: set by the runner (use --seeds)")
+        out.update(parse_overrides(f"{key.strip()}={value.strip()}"))
+    return out
+
+
+def load(path: Path, sets: Mapping[str, Any] | None = None) -> Comparison:
+    """Parse and check a comparison file, with ``sets`` (``--set``) over every run;
+    ``ConfigError`` names what is wrong."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -210,6 +226,7 @@ def load(path: Path) -> Comparison:
         seeds=tuple(seeds),
         common=dict(common),
         runs=specs,
+        sets=dict(sets or {}),
     )
     for run in specs:  # every configuration is valid before anything starts
         for seed in comparison.seeds:

@@ -1,6 +1,7 @@
 """The comparison runner on configs/compare/smoke.toml, and comparison files that are wrong."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -89,12 +90,64 @@ def test_bad_comparison_files_are_named(tmp_path: Path, text: str, match: str) -
         compare_spec.load(path)
 
 
-def test_every_shipped_comparison_file_is_valid() -> None:
+@pytest.mark.slow  # every run of every file resolved twice: over 5 s
+def test_check_passes_every_shipped_comparison_file_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     names = sorted(p.stem for p in compare_spec.COMPARE_DIR.glob("*.toml"))
-    assert {"smoke"} <= set(names)
+    assert {"smoke", "scaling", "startup"} <= set(names)
     for name in names:
+        assert compare.main([name, "--check", "--out", str(tmp_path / name)]) == 0, name
+        plan = capsys.readouterr().out
         comparison = compare_spec.load(compare_spec.find(name))
-        assert comparison.baseline in {r.name for r in comparison.runs}
+        for run in comparison.runs:
+            for seed in comparison.seeds:
+                assert f"{run.name}  seed {seed}  {tmp_path / name / run.name}" in plan
+    assert not any(tmp_path.iterdir())
+
+
+def test_check_prints_what_differs_from_the_defaults_set_included(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["smoke", "--check", "--out", str(tmp_path), "--set", "learning-rate=0.05"]
+    assert compare.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"dense  seed 3  {tmp_path / 'dense' / 'seed-3'}  (to run)"
+    assert lines[2].split() == [
+        "num-clients=3",
+        "num-server-rounds=6",
+        "learning-rate=0.05",
+        'stream-rates="S2"',
+    ]
+    assert "compression-ratio=0.1" in lines[4] and "learning-rate=0.05" in lines[4]
+
+
+@pytest.mark.parametrize(
+    ("sets", "match"),
+    [
+        (["learnin-rate=0.05"], "unknown run-config key 'learnin-rate'; did you mean"),
+        (["learning-rate=-1"], "learning-rate"),
+        (["seed=4"], "--set seed: set by the runner"),
+        (["learning-rate"], "expected key=value"),
+    ],
+)
+def test_a_bad_set_exits_2_naming_the_key_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], match: str
+) -> None:
+    argv = ["smoke", "--out", str(tmp_path / "out")]
+    for pair in sets:
+        argv += ["--set", pair]
+    assert compare.main(argv) == 2
+    assert re.search(match, capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_set_wins_over_the_file_for_every_run() -> None:
+    comparison = compare_spec.load(
+        compare_spec.find("smoke"), compare_spec.parse_sets(["compression-ratio=0.5"])
+    )
+    jobs = compare.plan(comparison, Path("/tmp/unused"))
+    assert [j.expected["compression-ratio"] for j in jobs] == [0.5, 0.5]  # topk-0.1 says 0.1
 
 
 def test_records_from_before_a_setting_existed_count_when_its_default_is_asked(

@@ -1,0 +1,44 @@
+"""A lane (one SuperLink, one Ray head) serves runs one after another: each run's records equal
+the same run's started alone by ``commands.run``, each in its own results directory, and
+nothing the lane started outlives it."""
+
+from pathlib import Path
+
+import pytest
+
+from commands import compare_runtime
+from commands.run import FLWR_DIR, run
+from commands.run_config import parse_overrides
+from server.records import read_rounds, without_wall_clock
+from tests.helpers import processes_with_env
+
+pytestmark = pytest.mark.slow  # a SuperLink, a Ray head and three simulations
+
+RUNS = {
+    "dense": "num-clients=3 num-server-rounds=2 stream-rates=S2 seed=3",
+    "topk": "num-clients=3 num-server-rounds=2 collective=allgather compression-ratio=0.1 seed=4",
+}
+
+
+def _records(results_dir: Path) -> list[dict[str, object]]:
+    return [without_wall_clock(row) for row in read_rounds(results_dir)]
+
+
+def test_runs_on_one_lane_equal_runs_started_alone(tmp_path: Path) -> None:
+    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
+    with compare_runtime.lane(tmp_path / "lane") as lane:
+        for name, text in RUNS.items():
+            overrides = parse_overrides(f"{text} results-dir={tmp_path / name}")
+            (tmp_path / name).mkdir()
+            log = tmp_path / name / "run.log"
+            assert lane.submit(overrides, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+        assert processes_with_env("FLWR_HOME", str(lane.flwr_home))  # its SuperLink is up
+    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-"))) <= before
+    assert not lane.flwr_home.exists()
+
+    overrides = parse_overrides(f"{RUNS['topk']} results-dir={tmp_path / 'alone'}")
+    with (tmp_path / "alone.log").open("w") as out:
+        code, results = run(overrides, stream_to=out)
+    assert code == 0, (tmp_path / "alone.log").read_text()[-3000:]
+    assert _records(results) == _records(tmp_path / "topk")
+    assert _records(tmp_path / "dense") != _records(tmp_path / "topk")
