@@ -138,6 +138,12 @@ def _status(job: Job) -> str:
     return startup_phase(log.read_text(errors="replace") if log.exists() else "")
 
 
+def _recorded_since(job: Job, started: dict[Job, float]) -> bool:
+    """Whether ``job`` wrote its ``summary.json`` after it started (not a stale one)."""
+    path = job.results_dir / "summary.json"
+    return path.exists() and path.stat().st_mtime >= started[job]
+
+
 def _stop(running: dict[Job, subprocess.Popen[bytes]]) -> None:
     """SIGTERM each run (alone: its handler stops its SuperLink and everything under it;
     on a lane: its ``flwr run``, the lane's SuperLink stops the rest), wait."""
@@ -184,22 +190,29 @@ def run_all(
                     stack.enter_context(compare_runtime.lane(lanes_dir / f"{i}"))
                     for i in range(slots)
                 ]
-            lanes: dict[Job, compare_runtime.Lane | None] = {}
+            lanes: dict[Job, compare_runtime.Lane | None] = {}  # the slot each run holds
+            started: dict[Job, float] = {}
             while todo or running:
                 while todo and free:
                     job, lanes[job] = todo.pop(0), free.pop()
                     job.results_dir.mkdir(parents=True, exist_ok=True)
                     log = job.results_dir / "run.log"
                     log.unlink(missing_ok=True)
-                    lane = lanes[job]
+                    lane, started[job] = lanes[job], time.time()
                     running[job] = (
                         _start_alone(job) if lane is None else lane.submit(job.overrides, log)
                     )
                 for job, proc in list(running.items()):
+                    if job in lanes and lanes[job] is not None and _recorded_since(job, started):
+                        # Its records are written: the next run starts while this one's
+                        # simulation and flwr run shut down (seconds; Ray queues the next
+                        # run's actors until this one's are gone).
+                        free.append(lanes.pop(job))
                     if proc.poll() is None:
                         continue
                     del running[job]
-                    free.append(lanes.pop(job))
+                    if job in lanes:
+                        free.append(lanes.pop(job))
                     sweep_abandoned(store_root(job.expected["state-store-dir"]))
                     progress.advance(task)
                     if proc.returncode != 0 or not job.done:

@@ -4,8 +4,9 @@ Each ``commands.run`` starts its own ``flower-superlink --simulation`` and its s
 own Ray, about half a minute before round 1 on two cores. A lane starts both once: a Ray
 head of two CPUs (what a run alone starts, so the same two client actors) and a SuperLink
 whose simulations join it through ``RAY_ADDRESS``; its runs are ``flwr run`` processes
-submitted one after another, each with its own results directory and run ID. Everything a
-lane starts is stopped by PID when it closes, also on Ctrl-C.
+submitted one after another (``commands.compare`` submits the next once the last one has
+written its records), each with its own results directory, run ID and client actors.
+Everything a lane starts is stopped by PID when it closes, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from common.settings import PROJECT_ROOT
 
 RAY_CPUS = 2  # what commands.run gives a simulation's own Ray (federation_config)
 RAY_START_S = 120.0
+RAY_TEMP = "/tmp/edgeflex-"  # + the lane's name: Ray's socket paths must stay short
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
     logs_dir.mkdir(parents=True, exist_ok=True)
     name = f"lane-{os.getpid()}-{time.monotonic_ns()}"
     flwr_home = FLWR_DIR / name
-    temp_dir = Path("/tmp") / f"edgeflex-{name}"  # Ray's socket paths must stay short
+    temp_dir = Path(f"{RAY_TEMP}{name}")  # RAY_TMPDIR of every process of its Ray
     port = free_port()
     address = f"127.0.0.1:{port}"
     ray = _ray_head(port, temp_dir, logs_dir / "ray.log")

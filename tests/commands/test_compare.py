@@ -15,8 +15,10 @@ from tests.helpers import processes_with_env
 @pytest.mark.slow  # each run is a simulation of its own
 def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
-    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "home-")))
+    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
     assert compare.main(["smoke", "--out", str(out), "--jobs", "2"]) == 0
+    for lane in ("0", "1"):  # two runs, two lanes: each its SuperLink and Ray
+        assert "Created run" in (out / "lanes" / lane / "superlink.log").read_text()
     for run in ("dense", "topk-0.1"):
         assert (out / run / "seed-3" / "summary.json").exists()
         assert (out / run / "seed-3" / "run.log").read_text()  # the run's own output
@@ -49,8 +51,8 @@ def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path
         run: (out / run / "seed-3" / "summary.json").stat().st_mtime_ns
         for run in ("dense", "topk-0.1")
     }
-    # Every run stopped its SuperLink: no Flower process appeared that is still alive.
-    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "home-"))) <= before
+    # Every lane stopped its SuperLink: no Flower process appeared that is still alive.
+    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-"))) <= before
 
 
 def test_same_seed_same_partitions_for_every_run(tmp_path: Path) -> None:

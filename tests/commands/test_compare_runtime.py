@@ -1,7 +1,9 @@
-"""A lane (one SuperLink, one Ray head) serves runs one after another: each run's records equal
-the same run's started alone by ``commands.run``, each in its own results directory, and
-nothing the lane started outlives it."""
+"""A lane (one SuperLink, one Ray head) serves runs one after another, the next submitted as the
+last one's records are written (as ``commands.compare`` does): each run's records equal the same
+run's started alone by ``commands.run``, each in its own results directory, and nothing the lane
+started outlives it."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -26,14 +28,22 @@ def _records(results_dir: Path) -> list[dict[str, object]]:
 
 def test_runs_on_one_lane_equal_runs_started_alone(tmp_path: Path) -> None:
     before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
+    ray_before = set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP))
     with compare_runtime.lane(tmp_path / "lane") as lane:
-        for name, text in RUNS.items():
+        procs = {}
+        for name, text in RUNS.items():  # the next submitted as soon as the last has records
+            while procs and not (tmp_path / "dense" / "summary.json").exists():
+                assert procs["dense"].poll() is None, (tmp_path / "dense" / "run.log").read_text()
+                time.sleep(0.2)
             overrides = parse_overrides(f"{text} results-dir={tmp_path / name}")
             (tmp_path / name).mkdir()
-            log = tmp_path / name / "run.log"
-            assert lane.submit(overrides, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+            procs[name] = lane.submit(overrides, tmp_path / name / "run.log")
+        for name, proc in procs.items():
+            assert proc.wait(timeout=600) == 0, (tmp_path / name / "run.log").read_text()[-3000:]
         assert processes_with_env("FLWR_HOME", str(lane.flwr_home))  # its SuperLink is up
+        assert set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP)) - ray_before
     assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-"))) <= before
+    assert set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP)) <= ray_before
     assert not lane.flwr_home.exists()
 
     overrides = parse_overrides(f"{RUNS['topk']} results-dir={tmp_path / 'alone'}")
