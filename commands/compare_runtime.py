@@ -51,6 +51,7 @@ class Lane:
     flwr_home: Path
     app: Path  # the staged app every run of the lane bundles
     ray_address: str
+    ray_temp_dir: Path  # RAY_TMPDIR of every process of its Ray
 
     def submit(self, overrides: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
         """``flwr run`` one run (its output to ``log``); the caller waits for it."""
@@ -117,7 +118,7 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
     logs_dir.mkdir(parents=True, exist_ok=True)
     name = f"lane-{os.getpid()}-{time.monotonic_ns()}"
     flwr_home = FLWR_DIR / name
-    temp_dir = Path(f"{RAY_TEMP}{name}")  # RAY_TMPDIR of every process of its Ray
+    temp_dir = Path(f"{RAY_TEMP}{name}")
     port = free_port()
     address = f"127.0.0.1:{port}"
     ray = _ray_head(port, temp_dir, logs_dir / "ray.log")
@@ -131,7 +132,7 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
                 if ray.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"no Ray head on {address}; see {logs_dir / 'ray.log'}")
                 time.sleep(0.2)
-            yield Lane(flwr_home, stage_app(flwr_home / "app"), address)
+            yield Lane(flwr_home, stage_app(flwr_home / "app"), address, temp_dir)
     finally:
         _stop_ray(ray)
         shutil.rmtree(flwr_home, ignore_errors=True)

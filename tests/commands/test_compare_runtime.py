@@ -3,13 +3,14 @@ last one's records are written (as ``commands.compare`` does): each run's record
 run's started alone by ``commands.run``, each in its own results directory, and nothing the lane
 started outlives it."""
 
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from commands import compare_runtime
-from commands.run import FLWR_DIR, run
+from commands.run import run
 from commands.run_config import parse_overrides
 from server.records import read_rounds, without_wall_clock
 from tests.helpers import processes_with_env
@@ -27,10 +28,8 @@ def _records(results_dir: Path) -> list[dict[str, object]]:
 
 
 def test_runs_on_one_lane_equal_runs_started_alone(tmp_path: Path) -> None:
-    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
-    ray_before = set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP))
     with compare_runtime.lane(tmp_path / "lane") as lane:
-        procs = {}
+        procs: dict[str, subprocess.Popen[bytes]] = {}
         for name, text in RUNS.items():  # the next submitted as soon as the last has records
             while procs and not (tmp_path / "dense" / "summary.json").exists():
                 assert procs["dense"].poll() is None, (tmp_path / "dense" / "run.log").read_text()
@@ -41,9 +40,9 @@ def test_runs_on_one_lane_equal_runs_started_alone(tmp_path: Path) -> None:
         for name, proc in procs.items():
             assert proc.wait(timeout=600) == 0, (tmp_path / name / "run.log").read_text()[-3000:]
         assert processes_with_env("FLWR_HOME", str(lane.flwr_home))  # its SuperLink is up
-        assert set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP)) - ray_before
-    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-"))) <= before
-    assert set(processes_with_env("RAY_TMPDIR", compare_runtime.RAY_TEMP)) <= ray_before
+        assert processes_with_env("RAY_TMPDIR", str(lane.ray_temp_dir))  # and its Ray
+    assert not processes_with_env("FLWR_HOME", str(lane.flwr_home))
+    assert not processes_with_env("RAY_TMPDIR", str(lane.ray_temp_dir))
     assert not lane.flwr_home.exists()
 
     overrides = parse_overrides(f"{RUNS['topk']} results-dir={tmp_path / 'alone'}")
