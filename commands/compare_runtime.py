@@ -89,6 +89,9 @@ def _ray_head(port: int, temp_dir: Path, log: Path) -> subprocess.Popen[bytes]:
                 "--head",
                 "--block",
                 f"--port={port}",
+                # Ray's fixed default ports (10001, 52365) would clash with another head here
+                f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}",
                 f"--num-cpus={RAY_CPUS}",
                 "--node-ip-address=127.0.0.1",
                 "--include-dashboard=false",
