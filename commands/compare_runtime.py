@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.app_bundle import stage_app
-from commands.processes import listening, stop_tree
+from commands.processes import stop_tree
 from commands.run import (
     CONNECTION,
     FLWR_DIR,
@@ -41,6 +41,7 @@ from common.settings import PROJECT_ROOT
 
 RAY_CPUS = 2  # what commands.run gives a simulation's own Ray (federation_config)
 RAY_START_S = 120.0
+RAY_READY = "Ray runtime started."  # what `ray start` prints once the head node runs
 RAY_TEMP = "/tmp/edgeflex-"  # + the lane's name: Ray's socket paths must stay short
 
 
@@ -130,8 +131,9 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
             flwr_home, logs_dir / "superlink.log", extra_env={RAY_ADDRESS: address}
         ) as superlink_port:
             write_connection(flwr_home, superlink_port)
+            # Its GCS port listens before its raylet runs: a simulation that joins then fails.
             deadline = time.monotonic() + RAY_START_S
-            while not listening("127.0.0.1", port):
+            while RAY_READY not in (logs_dir / "ray.log").read_text(errors="replace"):
                 if ray.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"no Ray head on {address}; see {logs_dir / 'ray.log'}")
                 time.sleep(0.2)
