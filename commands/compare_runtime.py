@@ -128,7 +128,10 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
     ray = _ray_head(port, temp_dir, logs_dir / "ray.log")
     try:
         with local_superlink(
-            flwr_home, logs_dir / "superlink.log", extra_env={RAY_ADDRESS: address}
+            flwr_home,
+            logs_dir / "superlink.log",
+            # its simulations join this head, their Ray files under its temp dir
+            extra_env={RAY_ADDRESS: address, "RAY_TMPDIR": str(temp_dir)},
         ) as superlink_port:
             write_connection(flwr_home, superlink_port)
             # Its GCS port listens before its raylet runs: a simulation that joins then fails.

@@ -17,8 +17,7 @@ def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path
     out = tmp_path / "smoke"
     before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
     assert compare.main(["smoke", "--out", str(out), "--jobs", "2"]) == 0
-    for lane in ("0", "1"):  # two runs, two lanes: each its SuperLink and Ray
-        assert "Created run" in (out / "lanes" / lane / "superlink.log").read_text()
+    assert (out / "lanes" / "0" / "superlink.log").read_text().count("Created run") == 2
     for run in ("dense", "topk-0.1"):
         assert (out / run / "seed-3" / "summary.json").exists()
         assert (out / run / "seed-3" / "run.log").read_text()  # the run's own output
