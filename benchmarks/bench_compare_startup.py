@@ -7,16 +7,13 @@ run a ``commands.run`` with its own).
 Runs ``configs/compare/startup.toml`` (4 runs x 2 seeds x 5 rounds) into a fresh temporary
 directory per mode. A run's time is from the previous run's end (the first: from the start of
 the comparison) to its ``summary.json``; with ``--jobs 1`` that is one run after another.
-Also the CPU seconds per run of every process the comparison started and waited for (Ray's
-and Flower's included; ``getrusage``), which a busy machine does not inflate as much, and the
-load average beside the figures: on a busy machine the wall times are not figures.
+Prints the load average beside the figures: on a busy machine they are not figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -26,11 +23,6 @@ from pathlib import Path
 from commands import compare
 
 COMPARISON = "startup"
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_times(mode: str, jobs: int, root: Path) -> list[float]:
@@ -52,20 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         for mode in args.modes:
-            load, cpu = os.getloadavg()[0], _children_cpu_s()
+            load = os.getloadavg()[0]
             times = run_times(mode, args.jobs, Path(tmp))
-            cpu_per_run = (_children_cpu_s() - cpu) / len(times)
-            rows.append((mode, times, cpu_per_run, load, os.getloadavg()[0]))
-    print(
-        "| mode | runs | first run s | later runs s (mean, max) | CPU s per run "
-        "| load before, after |"
-    )
-    print("|---|---|---|---|---|---|")
-    for mode, times, cpu_per_run, before, after in rows:
+            rows.append((mode, times, load, os.getloadavg()[0]))
+    print("| mode | runs | first run s | later runs s (mean, max) | load before, after |")
+    print("|---|---|---|---|---|")
+    for mode, times, before, after in rows:
         rest = times[1:] or [float("nan")]
         print(
             f"| {mode} | {len(times)} | {times[0]:.1f} | {statistics.mean(rest):.1f}, "
-            f"{max(rest):.1f} | {cpu_per_run:.1f} | {before:.1f}, {after:.1f} |"
+            f"{max(rest):.1f} | {before:.1f}, {after:.1f} |"
         )
     return 0
 
