@@ -217,7 +217,6 @@ def run_all(
                     del running[job]
                     if job in lanes:
                         free.append(lanes.pop(job))
-                    sweep_abandoned(store_root(job.expected["state-store-dir"]))
                     progress.advance(task)
                     if proc.returncode != 0 or not job.done:
                         failed.append(job)
@@ -231,6 +230,12 @@ def run_all(
         except KeyboardInterrupt:
             _stop(running)
             raise
+        finally:
+            # Once everything stopped: a run's store directory has no lock for a moment after
+            # it is made, and a sweep beside a starting run would take it.
+            stack.close()
+            for root in {job.expected["state-store-dir"] for job in jobs}:
+                sweep_abandoned(store_root(root))
     return failed
 
 

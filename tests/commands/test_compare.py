@@ -1,12 +1,13 @@
 """The comparison runner on configs/compare/smoke.toml, and comparison files that are wrong."""
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from commands import compare, compare_spec
+from commands import compare, compare_runtime, compare_spec
 from commands.run import FLWR_DIR
 from common.settings import ConfigError
 from tests.helpers import processes_with_env
@@ -15,7 +16,7 @@ from tests.helpers import processes_with_env
 @pytest.mark.slow  # each run is a simulation of its own
 def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
-    before = set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-")))
+    mine = str(FLWR_DIR / f"lane-{os.getpid()}-")  # this process's lanes, not another's
     assert compare.main(["smoke", "--out", str(out), "--jobs", "2"]) == 0
     assert (out / "lanes" / "0" / "superlink.log").read_text().count("Created run") == 2
     for run in ("dense", "topk-0.1"):
@@ -50,8 +51,9 @@ def test_smoke_comparison_runs_writes_table_and_plots_and_resumes(tmp_path: Path
         run: (out / run / "seed-3" / "summary.json").stat().st_mtime_ns
         for run in ("dense", "topk-0.1")
     }
-    # Every lane stopped its SuperLink: no Flower process appeared that is still alive.
-    assert set(processes_with_env("FLWR_HOME", str(FLWR_DIR / "lane-"))) <= before
+    # The lane stopped its SuperLink and Ray: none of their processes is still alive.
+    assert not processes_with_env("FLWR_HOME", mine)
+    assert not processes_with_env("RAY_TMPDIR", f"{compare_runtime.RAY_TEMP}lane-{os.getpid()}-")
 
 
 def test_same_seed_same_partitions_for_every_run(tmp_path: Path) -> None:
