@@ -15,14 +15,22 @@ presets = ["configs/dsgd.toml"]   # optional, applied in order
 baseline = "dense"                # optional: this run's own baseline (e.g. per network)
 [runs.config]                     # optional, applied last
 collective = "dense"
+
+[[runs]]                          # a grid: one run per combination of the listed values
+name = "{collective}-c{compression-ratio}"   # each varied key once, in braces
+[runs.vary]                       # the first key varies slowest
+collective = ["allgather", "allreduce"]
+compression-ratio = [0.01, 0.1]
 ```
 
 Every run's configuration is resolved and validated (with each seed) before anything starts.
+docs/comparisons.md describes the format.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -37,7 +45,8 @@ from common.settings import PROJECT_ROOT, ConfigError
 COMPARE_DIR = PROJECT_ROOT / "configs" / "compare"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TOP_KEYS = {"description", "baseline", "target", "seeds", "common", "runs"}
-_RUN_KEYS = {"name", "presets", "config", "baseline"}
+_RUN_KEYS = {"name", "presets", "config", "baseline", "vary"}
+_FIELD = re.compile(r"\{([^{}]*)\}")  # a varied key in a grid's name pattern
 _RESERVED = {"seed", "results-dir"}  # the runner sets these
 
 
@@ -58,16 +67,19 @@ class Comparison:
     seeds: tuple[int, ...]
     common: Mapping[str, Any]
     runs: tuple[RunSpec, ...]
+    sets: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --set: over every run
 
     def baselines(self) -> dict[str, str]:
         """Each run's baseline: its own if it names one, else the comparison's."""
         return {r.name: r.baseline or self.baseline for r in self.runs}
 
     def overrides(self, run: RunSpec, seed: int, results_dir: Path) -> dict[str, Any]:
-        """The run config of ``run`` under ``seed``: presets, common, own config, seed, dir."""
+        """The run config of ``run`` under ``seed``: presets, common, own config, the
+        command line's ``--set`` pairs, seed, dir."""
         out = parse_overrides(" ".join(run.presets)) if run.presets else {}
         out.update(self.common)
         out.update(run.config)
+        out.update(self.sets)
         out["seed"] = seed
         out["results-dir"] = str(results_dir)
         return out
@@ -93,6 +105,47 @@ def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None
         )
 
 
+def _label(value: Any) -> str:
+    """A varied value as it appears in a run's name: ``0.01``, ``32``, ``allgather``, ``true``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _fill(pattern: str, combination: Mapping[str, Any]) -> str:
+    return _FIELD.sub(lambda match: _label(combination[match.group(1)]), pattern)
+
+
+def expand(index: int, table: Any) -> list[RunSpec]:
+    """``runs[index]``: one run, or a grid's runs (``vary``: the cross product of its lists,
+    the first key slowest, each combination added to the entry's ``config`` and named by
+    filling the entry's ``name`` pattern)."""
+    if not isinstance(table, Mapping) or "vary" not in table:
+        return [_run(index, table)]
+    vary = table["vary"]
+    where = f"runs[{index}] ({table.get('name')!r})"
+    if not isinstance(vary, Mapping) or not vary:
+        raise ConfigError(f"{where}: vary must be a table of key = [values]")
+    for key, values in vary.items():
+        if not isinstance(values, list) or not values or len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"{where}: vary.{key} must be a list of distinct values")
+    config = table.get("config", {})
+    clash = sorted(set(vary) & set(config)) if isinstance(config, Mapping) else []
+    if clash:
+        raise ConfigError(f"{where}: {', '.join(clash)} both varied and set in config")
+    pattern = table.get("name")
+    if not isinstance(pattern, str) or sorted(_FIELD.findall(pattern)) != sorted(vary):
+        raise ConfigError(
+            f"{where}: name must hold each varied key once in braces, e.g. "
+            + "-".join(f"{{{key}}}" for key in vary)
+        )
+    runs = []
+    for values in itertools.product(*vary.values()):
+        combination = dict(zip(vary, values, strict=True))
+        name = _fill(pattern, combination)
+        entry = {k: v for k, v in table.items() if k != "vary"}
+        runs.append(_run(index, entry | {"name": name, "config": {**config, **combination}}))
+    return runs
+
+
 def _run(index: int, table: Any) -> RunSpec:
     where = f"runs[{index}]"
     if not isinstance(table, Mapping):
@@ -116,8 +169,22 @@ def _run(index: int, table: Any) -> RunSpec:
     return RunSpec(name, tuple(presets), dict(config), baseline)
 
 
-def load(path: Path) -> Comparison:
-    """Parse and check a comparison file; ``ConfigError`` names what is wrong."""
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs (values in TOML syntax, bare words taken as strings)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise ConfigError(f"--set {pair!r}: expected key=value")
+        if key.strip() in _RESERVED:
+            raise ConfigError(f"--set {key.strip()}: set by the runner (use --seeds)")
+        out.update(parse_overrides(f"{key.strip()}={value.strip()}"))
+    return out
+
+
+def load(path: Path, sets: Mapping[str, Any] | None = None) -> Comparison:
+    """Parse and check a comparison file, with ``sets`` (``--set``) over every run;
+    ``ConfigError`` names what is wrong."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -129,7 +196,7 @@ def load(path: Path) -> Comparison:
     runs = data["runs"]
     if not isinstance(runs, list) or not runs:
         raise ConfigError(f"{path}: runs must be a non-empty array of tables")
-    specs = tuple(_run(i, table) for i, table in enumerate(runs))
+    specs = tuple(spec for i, table in enumerate(runs) for spec in expand(i, table))
     names = [r.name for r in specs]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -159,6 +226,7 @@ def load(path: Path) -> Comparison:
         seeds=tuple(seeds),
         common=dict(common),
         runs=specs,
+        sets=dict(sets or {}),
     )
     for run in specs:  # every configuration is valid before anything starts
         for seed in comparison.seeds:

@@ -30,6 +30,25 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ALARM = re.compile(r"^\s*(ERROR|CRITICAL)\b|^Traceback |Error: |^\s*\w+(Error|Exception)\b")
 
 
+# What a run does before round 1 (half a minute on two cores), named by the first line Flower
+# prints at each step; the last one seen is the phase. Round 1 includes the client actors'
+# start (Ray starts them when the first messages come).
+STARTUP_PHASES = (
+    ("Successfully started run", "starting the simulation"),
+    ("Starting Flower Simulation", "starting Ray and the ServerApp"),
+    ("records in ", "round 1: starting the client actors"),
+)
+FIRST_PHASE = "submitting the run"
+
+
+def startup_phase(lines: str, phase: str = FIRST_PHASE) -> str:
+    """The phase after ``lines`` (output so far, or one new line) of a run in ``phase``."""
+    for marker, after in STARTUP_PHASES:
+        if marker in lines:
+            phase = after
+    return phase
+
+
 def plain(line: str) -> str:
     return _ANSI.sub("", line)
 
@@ -67,7 +86,8 @@ class RunOutput:
             console=self.console,
             disable=verbose,  # the lines themselves show the progress
         )
-        self._task = self._progress.add_task("run", total=num_rounds, status="")
+        self._task = self._progress.add_task("run", total=num_rounds, status=FIRST_PHASE)
+        self.phase = FIRST_PHASE  # until round 1 ends: what the run is starting
 
     def __enter__(self) -> RunOutput:
         self._progress.start()
@@ -91,6 +111,9 @@ class RunOutput:
             self._progress.console.print(plain(line), markup=False, highlight=False)
         row = parse_progress_line(plain(line))
         if row is None:
+            if not self.rounds and (phase := startup_phase(line, self.phase)) != self.phase:
+                self.phase = phase
+                self._progress.update(self._task, status=phase)
             return
         self.rounds = row["round"]
         self.megabytes += row["megabytes"]

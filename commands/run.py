@@ -81,7 +81,7 @@ def flower_env(flwr_home: Path) -> dict[str, str]:
     return env
 
 
-def _healthy(port: int, ca_file: Path | None = None) -> bool:
+def healthy(port: int, ca_file: Path | None = None) -> bool:
     scheme = "http" if ca_file is None else "https"
     context = None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
     try:
@@ -103,15 +103,17 @@ def local_superlink(
     tls_args: list[str] | None = None,
     ca_file: Path | None = None,
     command: Sequence[str] = ("flower-superlink",),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[int]:
     """A ``flower-superlink`` of our own on loopback; yields its port.
 
     ``simulation``: the simulation runtime (else SuperNodes connect to it); ``tls_args``:
     its TLS and authentication flags (None: ``--insecure``), ``ca_file`` to check it with;
-    ``command``: what starts it (``benchmarks.count_requests`` counts its requests).
+    ``command``: what starts it (``benchmarks.count_requests`` counts its requests);
+    ``extra_env``: more variables for it and its runs (``RAY_ADDRESS``).
     """
     port = free_port()
-    env = flower_env(flwr_home)
+    env = {**flower_env(flwr_home), **(extra_env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -134,7 +136,7 @@ def local_superlink(
         )
     try:
         deadline = time.monotonic() + timeout_s
-        while not _healthy(port, ca_file):
+        while not healthy(port, ca_file):
             if proc.poll() is not None:
                 raise RuntimeError(f"flower-superlink exited early; see {log_path}")
             if time.monotonic() > deadline:
@@ -160,19 +162,30 @@ RAY_ADDRESS = "RAY_ADDRESS"  # Ray's own variable: an existing cluster to run th
 LOCAL_CPUS = 2  # Ray's CPUs on this machine: one client actor each
 
 
-def federation_config(settings: Settings) -> str:
+def federation_config(settings: Settings, joins_cluster: bool | None = None) -> str:
     """One CPU per client actor, Ray's own logs out of the run's output; on this machine's
-    two cores two actors, or on the existing Ray cluster ``RAY_ADDRESS`` names (it decides
-    its CPUs: Ray refuses num-cpus when it joins a cluster) as many as its CPUs hold. Where
-    ``device`` resolves to CUDA here, each actor asks for 1 / LOCAL_CPUS of a GPU: two
-    actors share one GPU (an actor that asks for none is not shown the GPU)."""
+    two cores two actors, or on an existing Ray cluster (``joins_cluster``; None: whether
+    ``RAY_ADDRESS`` names one; it decides its CPUs: Ray refuses num-cpus when it joins a
+    cluster) as many as its CPUs hold. Where ``device`` resolves to CUDA here, each actor asks
+    for 1 / LOCAL_CPUS of a GPU: two actors share one GPU (an actor that asks for none is not
+    shown the GPU)."""
     config = f"num-supernodes={settings.run.num_clients} client-resources-num-cpus=1 "
     gpus = ray_gpus_per_client(settings.training.device, LOCAL_CPUS)
     if gpus:
         config += f"client-resources-num-gpus={gpus} "
-    if not os.environ.get(RAY_ADDRESS):
+    if joins_cluster is None:
+        joins_cluster = bool(os.environ.get(RAY_ADDRESS))
+    if not joins_cluster:
         config += f"init-args-num-cpus={LOCAL_CPUS} "
     return config + "init-args-log-to-driver=false"
+
+
+def explicit_overrides(settings: Settings, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``flwr run --run-config`` is given: the keys asked for, as resolved (paths made
+    absolute), and the results directory."""
+    explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
+    explicit["results-dir"] = settings.run.results_dir
+    return explicit
 
 
 def run(
@@ -183,13 +196,12 @@ def run(
     it with ``verbose``); ``stream_to``: a file for all of it instead, no bar."""
     settings = resolve_settings(overrides)
     print(describe_model(settings), file=stream_to or sys.stdout, flush=True)
-    explicit = {k: v for k, v in settings.to_run_config().items() if k in overrides}
-    explicit["results-dir"] = settings.run.results_dir
-    run_config = format_overrides(explicit)
+    run_config = format_overrides(explicit_overrides(settings, overrides))
     results_dir = Path(settings.run.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     # One FLWR_HOME per run, named after this process, so runs never share Flower state.
     flwr_home = FLWR_DIR / f"home-{os.getpid()}-{time.monotonic_ns()}"
+    print("edgeflex: starting SuperLink", file=stream_to or sys.stdout, flush=True)
     try:
         with local_superlink(flwr_home, results_dir / "superlink.log") as port:
             write_connection(flwr_home, port)

@@ -5,7 +5,7 @@ import io
 
 from rich.console import Console
 
-from commands.progress import RunOutput, is_alarm
+from commands.progress import FIRST_PHASE, RunOutput, is_alarm, startup_phase
 from server.records import parse_progress_line, progress_line
 
 ROW = {
@@ -63,3 +63,31 @@ def test_what_counts_as_an_error_line() -> None:
     assert is_alarm("ValueError: bad reply")
     assert not is_alarm(f"{INFO}edgeflex: round 1/3")
     assert not is_alarm("\x1b[93mWARNING \x1b[0m:   fraction_evaluate is set to 0.0.")
+
+
+def test_the_bar_names_the_start_up_phases_until_round_1() -> None:
+    lines = [
+        "Using SuperLink: edgeflex-local (127.0.0.1:5000)",
+        "Successfully started run 56",
+        f"{INFO}Starting Flower Simulation",
+        f"{INFO}edgeflex: dense, model mlp (50826 parameters), 3 clients, records in /tmp/x",
+    ]
+    phases = []
+    screen = io.StringIO()
+    with RunOutput(io.BytesIO(), 6, console=Console(file=screen, width=150)) as output:
+        phases.append(output.phase)
+        for line in lines:
+            output.feed(f"{line}\n".encode())
+            phases.append(output.phase)
+        output.feed(f"{INFO}edgeflex: {progress_line(ROW | {'round': 1}, 6)}\n".encode())
+    assert phases == [
+        FIRST_PHASE,
+        FIRST_PHASE,
+        "starting the simulation",
+        "starting Ray and the ServerApp",
+        "round 1: starting the client actors",
+    ]
+    assert output.rounds == 1
+    # A comparison reads the phase from a run's log so far.
+    assert startup_phase("\n".join(lines[:3])) == "starting Ray and the ServerApp"
+    assert startup_phase("") == FIRST_PHASE
