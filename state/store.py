@@ -118,9 +118,18 @@ class RunDirectory:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir(mode=0o700, parents=True)
-        self._lock = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        # Made and locked under a name no sweep looks at, then renamed into place: a sweep
+        # beside it never sees the directory unlocked (it would take it as abandoned).
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        self._lock = os.open(staging / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            staging.rename(path)
+        except OSError:
+            os.close(self._lock)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     def release(self) -> None:
         os.close(self._lock)

@@ -121,6 +121,29 @@ def test_a_run_directory_another_live_process_owns_is_refused(tmp_path: Path) ->
         live.wait()
 
 
+def test_a_sweep_beside_a_directory_being_made_never_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another run's sweep at the worst moment, as the lock file is made: the directory is not
+    under its run name yet, so the sweep cannot take it for abandoned."""
+    opened = state_store.os.open
+    swept: list[list[Path]] = []
+
+    def open_after_a_sweep(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith(OWNER_LOCK):
+            swept.append(sweep_abandoned(tmp_path))
+        return opened(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state_store.os, "open", open_after_a_sweep)
+    made = make_run_directory(tmp_path / "run-11")
+    monkeypatch.setattr(state_store.os, "open", opened)
+    assert swept and swept[-1] == []
+    assert (tmp_path / "run-11" / OWNER_LOCK).is_file()
+    assert sweep_abandoned(tmp_path) == []  # locked under its name
+    assert [p.name for p in tmp_path.iterdir()] == ["run-11"]  # no staging directory left
+    made.release()
+
+
 def test_a_vector_is_written_only_in_a_run_directory_that_exists(tmp_path: Path) -> None:
     state = RecordDict()
     use_store(state, tmp_path / "run-9" / "partition-0")  # the run's directory is gone
