@@ -163,7 +163,7 @@ ELSEWHERE = {
     ("common/settings/load.py", "leader"): "the key leader, not the index policy",
     ("collectives/allreduce/names.py", "residual-hints"): "that policy's reply key",
     ("timing/devices.py", "cpu"): "the hardware a preset's figures assume, not the device key",
-    ("commands/install_torch.py", "cpu"): "PyTorch's wheel index for CPU builds, not the device key",
+    ("commands/install_torch.py", "cpu"): "PyTorch's CPU wheel index, not the device key",
     ("commands/install_torch.py", "cuda"): "torch.version.cuda, printed, not the device key",
 }
 REFERENCE = re.compile(r"^[\w.]+:[A-Za-z_]\w*$")  # "module:TABLE": where a table is, not a name
