@@ -79,6 +79,11 @@ BLOCKED = frozenset({blocked!r})
 OURS_ONLY = frozenset({ours_only!r})
 
 
+def _ours(filename):
+    # the project's own code, not the packages of a venv that lives inside the project
+    return filename.startswith(ROOT) and "site-packages" not in filename
+
+
 def _importer():
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
@@ -89,7 +94,7 @@ def _importer():
 class _NotOnADevice:
     def find_spec(self, name, path=None, target=None):
         top = name.partition(".")[0]
-        if top in BLOCKED or (top in OURS_ONLY and _importer().startswith(ROOT)):
+        if top in BLOCKED or (top in OURS_ONLY and _ours(_importer())):
             raise ImportError(f"{{name}} is not on a device")
         return None
 
