@@ -12,6 +12,7 @@ from flwr.app import Array, ArrayRecord, Context
 from common.data import ArrayData, client_partition
 from common.settings import Settings
 from state.store import node_directory, run_directory
+from wire.codec import read_npy
 from wire.keys import NODE_NUM_PARTITIONS, NODE_PARTITION_ID, NODE_STREAM_RATE, SAMPLES_X, SAMPLES_Y
 
 LOCAL_DATA_KEY = "local-data"
@@ -66,7 +67,8 @@ def local_data(context: Context, settings: Settings, partition_id: int) -> Array
         keep_local_data(context, client_partition(settings, partition_id))
     record = context.state[LOCAL_DATA_KEY]
     assert isinstance(record, ArrayRecord)
+    # read_npy, not Array.numpy: NumPy's np.load parses each header with ast.literal_eval.
     return ArrayData(
-        x=np.asarray(record[SAMPLES_X].numpy(), dtype=np.float32),
-        y=np.asarray(record[SAMPLES_Y].numpy(), dtype=np.int64),
+        x=np.array(read_npy(record[SAMPLES_X].data, SAMPLES_X), dtype=np.float32),
+        y=np.array(read_npy(record[SAMPLES_Y].data, SAMPLES_Y), dtype=np.int64),
     )
