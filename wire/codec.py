@@ -50,6 +50,31 @@ def raw_array(values: NDArray[np.generic]) -> Array:
     )
 
 
+def numpy_array(values: NDArray[np.generic]) -> Array:
+    """``Array(values)`` (Flower's ``.npy`` stype, the bytes ``np.save`` writes) for a C-ordered
+    array, without ``np.save``'s formatting of a header per call: every round sends the same
+    few shapes."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.hasobject:
+        raise ValueError("an array of Python objects has no .npy form without pickle")
+    shape = tuple(int(n) for n in values.shape)
+    data = _npy_prefix(values.dtype, shape) + values.tobytes()
+    return Array(dtype=str(values.dtype), shape=shape, stype=NUMPY_STYPE, data=data)
+
+
+@lru_cache(maxsize=256)
+def _npy_prefix(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The magic, version and header ``np.save`` writes before a C-ordered array's data."""
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    buffer = BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(buffer, header)
+    except ValueError:  # a header over 64 KiB: version 2.0, as np.save falls back to
+        buffer = BytesIO()
+        np.lib.format.write_array_header_2_0(buffer, header)
+    return buffer.getvalue()
+
+
 def short(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters: refusals quote what a client sent."""
     return clip(repr(value), limit)

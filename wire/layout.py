@@ -14,7 +14,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 from numpy.typing import NDArray
 
-from wire.codec import load_numpy
+from wire.codec import load_numpy, numpy_array
 from wire.keys import ARRAYS_KEY
 
 
@@ -86,6 +86,6 @@ class Layout:
         offset = 0
         for name, shape in zip(self.names, self.shapes, strict=True):
             n = int(np.prod(shape))
-            arrays[name] = Array(np.ascontiguousarray(vector[offset : offset + n].reshape(shape)))
+            arrays[name] = numpy_array(vector[offset : offset + n].reshape(shape))
             offset += n
         return ArrayRecord(arrays)

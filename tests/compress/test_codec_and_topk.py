@@ -10,6 +10,7 @@ from wire.codec import (
     Sparse,
     encode_indices,
     index_nbytes,
+    numpy_array,
     raw_array,
     topk_count,
 )
@@ -111,3 +112,19 @@ def _payload(indices: np.ndarray, values: np.ndarray) -> ArrayRecord:
 def test_malformed_payloads_are_refused_with_the_reason(record: ArrayRecord, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
         Sparse.from_record(record, size=100, count=3)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.ones((), dtype=np.float32),
+        np.zeros(0, dtype=np.float32),
+        np.arange(5, dtype=np.int64),
+        np.ones((2, 3, 4))[:, ::2],
+    ],
+)
+def test_numpy_array_is_what_flower_writes(values: np.ndarray) -> None:
+    mine, flowers = numpy_array(values), Array(np.ascontiguousarray(values))
+    assert (mine.dtype, mine.shape, mine.stype) == (flowers.dtype, flowers.shape, flowers.stype)
+    assert mine.data == flowers.data
