@@ -165,13 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mqtt-username", help="for a broker with a password file")
     parser.add_argument("--mqtt-password-file", type=Path, help="first line: the password")
     args = parser.parse_args(argv)
-    try:
-        check_flower(  # the node loop follows flwr 1.42's SuperNode and calls its connection
-            what="edgeflex-agent follows",
-            advice="run Flower's SuperNodes (flower-supernode) on this Flower",
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
     link = _link(args, parser)
     broker = wake_broker = None
     auth = BrokerAuth()
@@ -204,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
     try:  # this machine is the one that trains: its hardware is checked here, at start
         training_on = resolve(args.device, key="--device")
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:  # after the arguments: their own mistakes are named first
+        check_flower(  # the node loop follows flwr 1.42's SuperNode and calls its connection
+            what="edgeflex-agent follows",
+            advice="run Flower's SuperNodes (flower-supernode) on this Flower",
+        )
     except ValueError as exc:
         parser.error(str(exc))
     if args.state_dir is not None:
