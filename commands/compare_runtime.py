@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.app_bundle import stage_app
-from commands.processes import stop_tree
+from commands.processes import stop_session
 from commands.run import (
     CONNECTION,
     FLWR_DIR,
@@ -108,14 +107,6 @@ def _ray_head(port: int, temp_dir: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _stop_ray(proc: subprocess.Popen[bytes]) -> None:
-    """The head and every process it started (its daemons stay in its process group)."""
-    if proc.poll() is None:
-        stop_tree(proc)
-    with contextlib.suppress(ProcessLookupError):  # what its group left, the head gone
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 @contextlib.contextmanager
 def lane(logs_dir: Path) -> Iterator[Lane]:
     """Start a Ray head and a SuperLink (both at once), yield the lane, stop both by PID."""
@@ -142,6 +133,6 @@ def lane(logs_dir: Path) -> Iterator[Lane]:
                 time.sleep(0.2)
             yield Lane(flwr_home, stage_app(flwr_home / "app"), address, temp_dir)
     finally:
-        _stop_ray(ray)
+        stop_session(ray)
         shutil.rmtree(flwr_home, ignore_errors=True)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -125,6 +125,15 @@ def stop_pids(roots: list[int], grace_s: float = 10.0, kill_wait_s: float = 30.0
         raise RuntimeError(f"processes {left} started by PID {started} did not stop")
 
 
+def stop_session(proc: subprocess.Popen[bytes]) -> None:
+    """``stop_tree`` for a process started in a session of its own (Ray's head or node), then
+    SIGKILL what its process group left: Ray's daemons leave their parent's tree."""
+    if proc.poll() is None:
+        stop_tree(proc)
+    with contextlib.suppress(ProcessLookupError):  # the group is gone with its leader
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc`` and its descendants at once: a crash or a power cut, for tests."""
     _signal(process_tree(proc.pid), signal.SIGKILL)

@@ -5,11 +5,9 @@ the same run's on the default backend."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from commands.processes import stop_tree
+from commands.processes import stop_session
 from commands.run import RAY_ADDRESS, free_port, run
 from commands.run_config import parse_overrides
 from server.records import read_rounds, without_wall_clock
@@ -54,14 +52,6 @@ def _ray_node(*args: str, temp_dir: Path) -> subprocess.Popen[bytes]:
         start_new_session=True,
         env={**os.environ, "RAY_TMPDIR": str(temp_dir)},
     )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """The node and every process it started (Ray's daemons start groups of their own)."""
-    if proc.poll() is None:
-        stop_tree(proc)
-    with contextlib.suppress(ProcessLookupError):  # what its group left, the node gone
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _probe(address: str) -> dict[str, object]:
@@ -106,7 +96,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield address
     finally:
         for node in reversed(nodes):
-            _stop(node)
+            stop_session(node)
         subprocess.run(["rm", "-rf", str(temp_dir)], check=False)
 
 
