@@ -76,3 +76,14 @@ def no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFac
 
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture
+def no_superlink(monkeypatch: pytest.MonkeyPatch) -> None:
+    """commands.run may not start a SuperLink: a bad configuration fails before it."""
+    from commands import run
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a SuperLink was started for a bad configuration")
+
+    monkeypatch.setattr(run, "local_superlink", refuse)

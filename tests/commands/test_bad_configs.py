@@ -302,7 +302,7 @@ def _project_files() -> Iterator[None]:
     (PROJECT_ROOT / f"{BESIDE_THE_MAKEFILE}.py").unlink(missing_ok=True)
 
 
-@pytest.mark.usefixtures("no_hub", "_project_files")
+@pytest.mark.usefixtures("no_hub", "_project_files", "no_superlink")
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_configuration_fails_before_anything_starts(
     case: str,
@@ -310,10 +310,6 @@ def test_bad_configuration_fails_before_anything_starts(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def no_superlink(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a SuperLink was started for a bad configuration")
-
-    monkeypatch.setattr(run_simulation, "local_superlink", no_superlink)
     make, key, message = CASES[case]
     config = make(tmp_path)
     if "results-dir=" not in config:
@@ -335,13 +331,10 @@ def _listing(path: Path) -> list[Path]:
     return sorted(path.iterdir()) if path.is_dir() else []
 
 
+@pytest.mark.usefixtures("no_superlink")
 def test_check_prints_every_resolved_key_by_section_and_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def no_superlink(*args: object, **kwargs: object) -> None:
-        raise AssertionError("--check started a SuperLink")
-
-    monkeypatch.setattr(run_simulation, "local_superlink", no_superlink)
     results = tmp_path / "results"
     code = run_simulation.main(
         ["--check", "--run-config", f"configs/scadles.toml seed=7 results-dir={results}"]

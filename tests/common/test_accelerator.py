@@ -81,6 +81,7 @@ def test_on_a_machine_with_cuda_auto_takes_it() -> None:
     assert resolve("auto") == torch.device("cuda")
 
 
+@pytest.mark.usefixtures("no_superlink")
 @pytest.mark.parametrize("choice", ["cuda", "mps"])
 def test_the_launcher_refuses_a_missing_accelerator_before_anything_starts(
     choice: str,
@@ -88,11 +89,7 @@ def test_the_launcher_refuses_a_missing_accelerator_before_anything_starts(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def no_superlink(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a SuperLink was started for a bad configuration")
-
     _machine(monkeypatch, cuda=False, mps=False)
-    monkeypatch.setattr(run_simulation, "local_superlink", no_superlink)
     results = tmp_path / "results"
     code = run_simulation.main(["--run-config", f"device={choice} results-dir={results}"])
     err = capsys.readouterr().err
