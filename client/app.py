@@ -16,6 +16,7 @@ import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from client.local_model import local_model
 from client.local_round import Trainer, train_locally
 from client.mods import packed_content, timing_stamps
 from client.node import node_identity, store_directory
@@ -26,10 +27,7 @@ from client.saved_state import restore_state, save_state
 from collectives import COLLECTIVES
 from collectives.base import ActionHandler, ClientAction, ClientJob, whole_entries
 from collectives.dense import Dense
-from common.accelerator import resolve
 from common.data import data_spec
-from common.models import build_model
-from common.params import buffer_positions
 from common.settings import Settings
 from compress import ENCODINGS, SELECTORS
 from state.store import use_store
@@ -71,10 +69,14 @@ def train(
     device: str | None = None,
 ) -> Message:
     settings = run_settings(context)
-    model = build_model(settings.training.model, data_spec(settings), seed=settings.run.seed)
     # local training runs where the model is; an agent's own --device replaces the run's
-    model.to(resolve(settings.training.device if device is None else device))
-    layout = Layout.of_model(model)
+    trained = local_model(
+        settings.training.model,
+        data_spec(settings),
+        settings.run.seed,
+        settings.training.device if device is None else device,
+    )
+    model, layout = trained.module, trained.layout
     instruction = TrainInstruction.parse(msg.content, layout.size)
     if shared_files:  # a device's agent keeps its own state
         use_store(context.state, store_directory(context, settings))
@@ -91,7 +93,7 @@ def train(
     compression = instruction.compression
     collective = COLLECTIVES[Dense.name if compression is None else compression.collective]
     options = settings.compression
-    whole = whole_entries(Layout.of_model(model), buffer_positions(model), options.whole_vectors)
+    whole = whole_entries(trained.layout, trained.buffers, options.whole_vectors)
     asked: dict[str, Report] = {}
     if compression is not None:
         # a clip scales e as a whole: the reports (ratios of energy) do not change

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.app_bundle import stage_app
+from commands.flwr_home import RAY_ENV
 from commands.processes import stop_session
 from commands.run import (
     CONNECTION,
@@ -103,7 +104,7 @@ def _ray_head(port: int, temp_dir: Path, log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "RAY_TMPDIR": str(temp_dir)},
+            env={**os.environ, **RAY_ENV, "RAY_TMPDIR": str(temp_dir)},
         )
 
 

@@ -9,9 +9,10 @@
 ``setup`` writes ``.flwr/home/config.toml`` (git-ignored): a default SuperLink connection,
 ``edgeflex``, to Flower's managed local simulation SuperLink, as Flower 1.28+ wants it: an
 address and no ``options.`` fields (flwr 1.42 warns they are deprecated). It also adds to the
-virtual environment's ``activate`` the two variables ``flwr`` needs here: FLWR_HOME, and
+virtual environment's ``activate`` the variables ``flwr`` needs here: FLWR_HOME,
 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 (otherwise Flower installs the app's
-dependencies with uv, which pulls a multi-GB CUDA build of torch). It starts nothing.
+dependencies with uv, which pulls a multi-GB CUDA build of torch), and ``RAY_ENV``. It starts
+nothing.
 
 A simulation's settings live in the SuperLink that runs it (Flower 1.28+). ``start`` sets them
 with ``flwr federation simulation-config``, which starts Flower's managed SuperLink when it is
@@ -45,6 +46,15 @@ CONNECTION = "edgeflex"
 BEGIN = "# >>> edgeflex: flwr run . <<<"
 END = "# <<< edgeflex: flwr run . >>>"
 
+# Ray carries a task's arguments and results up to this size inside the task's own message,
+# larger ones through its shared-memory object store, which the raylet serves. At Ray's 100 kB
+# every message of a model above 25,000 parameters went through the store: with the default
+# MLP about 4 ms of raylet CPU per message, a third of a simulated round (docs/results/fedavg.md).
+# 4 MiB holds the models of configs/ but mlp-11m; it stays under Ray's 10 MB limit a task's
+# inlined arguments share. Every process of a simulation's Ray must see it: the SuperLink's
+# environment, or the ``ray start`` of a cluster.
+RAY_ENV = {"RAY_max_direct_call_object_size": str(4 << 20)}
+
 
 def flower_config() -> str:
     return f"""[superlink]
@@ -74,6 +84,7 @@ def environment(home: Path) -> dict[str, str]:
         "FLWR_HOME": str(home),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_TELEMETRY_ENABLED": "0",
+        **RAY_ENV,
     }
 
 

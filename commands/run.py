@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.app_bundle import stage_app
+from commands.flwr_home import environment
 from commands.processes import stop_tree
 from commands.progress import RunOutput
 from commands.run_config import (
@@ -66,16 +67,8 @@ def free_port() -> int:
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
-    env = os.environ.copy()
-    env.update(
-        {
-            "FLWR_HOME": str(flwr_home),
-            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-            "FLWR_TELEMETRY_ENABLED": "0",
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-            "RAY_DEDUP_LOGS": "0",
-        }
-    )
+    env = os.environ | environment(flwr_home)
+    env.update({"FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DEDUP_LOGS": "0"})
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     return env

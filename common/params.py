@@ -31,15 +31,16 @@ def buffer_positions(model: nn.Module) -> NDArray[np.int64]:
 
 
 def vector_to_model(model: nn.Module, vector: NDArray[np.float32]) -> None:
+    """Every ``state_dict`` entry, parameters and buffers, copied in place from ``vector``
+    (cast to the entry's dtype, on its device), as ``load_state_dict`` would load them."""
+    tensors = list(model.state_dict().values())
+    size = sum(tensor.numel() for tensor in tensors)
+    if size != vector.size:
+        raise ValueError(f"vector has {vector.size} values, the model {size}")
+    source = torch.from_numpy(np.ascontiguousarray(vector, dtype=np.float32))
     offset = 0
-    state = model.state_dict()
-    new_state = {}
-    for name, tensor in state.items():
-        n = tensor.numel()
-        new_state[name] = torch.from_numpy(
-            np.array(vector[offset : offset + n], dtype=np.float32).reshape(tensor.shape)
-        )
-        offset += n
-    if offset != vector.size:
-        raise ValueError(f"vector has {vector.size} values, the model {offset}")
-    model.load_state_dict(new_state)
+    with torch.no_grad():
+        for tensor in tensors:
+            n = tensor.numel()
+            tensor.copy_(source[offset : offset + n].view(tensor.shape))
+            offset += n
