@@ -58,6 +58,8 @@ from common.rates import STREAM_OFF, client_rate
 from common.settings import PROJECT_ROOT, Settings
 from wire.stream_samples import BrokerAddress
 
+SUPEREXEC_POLL_S = 0.1  # Flower's SuperExec (no agent) polls its SuperNode this often
+
 
 @dataclass(frozen=True)
 class NodeRuntime:
@@ -103,7 +105,7 @@ class Federation:
         return [sys.executable, "-m", "client.supernode"]
 
     def _popen(self, cmd: list[str], log_name: str, home: Path) -> subprocess.Popen[bytes]:
-        env = flower_env(home)  # its SuperExec polls every 0.1 s, too
+        env = {**flower_env(home), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S)}
         with (self.logs_dir / log_name).open("ab") as log:
             proc = subprocess.Popen(
                 cmd,

@@ -56,8 +56,6 @@ from common.settings import PROJECT_ROOT, ConfigError, Settings
 from state.store import store_root, sweep_abandoned
 
 CONNECTION = "edgeflex-local"
-# A SuperExec (a SuperLink's, a SuperNode's) looks for a submitted run this often (Flower: 1 s)
-SUPEREXEC_POLL_S = 0.1
 FLOWER_LOG = "flower.log"  # what `flwr run --stream` printed: Flower's and the ServerApp's lines
 FLWR_DIR = PROJECT_ROOT / ".flwr"
 
@@ -70,13 +68,7 @@ def free_port() -> int:
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
     env = os.environ | environment(flwr_home)
-    env.update(
-        {
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-            "RAY_DEDUP_LOGS": "0",
-            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S),
-        }
-    )
+    env.update({"FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DEDUP_LOGS": "0"})
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     return env
