@@ -18,7 +18,7 @@ import argparse
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 import psutil
@@ -50,7 +50,9 @@ def rounds_recorded(results_dir: Path) -> int:
     return sum(1 for _ in path.open()) if path.exists() else 0
 
 
-def measure(overrides: dict[str, object], skip: int, window_s: float) -> tuple[int, float, Counter]:
+def measure(
+    overrides: dict[str, object], skip: int, window_s: float
+) -> tuple[int, float, dict[str, float]]:
     """(rounds in the window, its wall seconds, CPU seconds by kind in it)."""
     with tempfile.TemporaryDirectory(prefix="simulation-cpu-") as tmp:
         results_dir = Path(tmp) / "run"
@@ -74,10 +76,18 @@ def measure(overrides: dict[str, object], skip: int, window_s: float) -> tuple[i
         runner.join()
     if last <= first:
         raise RuntimeError("no round ended inside the window: make --rounds larger")
-    used: Counter = Counter()
+    return last - first, ended - began, cpu_used(before, after)
+
+
+def cpu_used(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds by kind between two ``cpu_by_process`` snapshots: a process that started
+    in between counts with all it used, one that ended in between not at all."""
+    used: dict[str, float] = defaultdict(float)
     for pid, (label, seconds) in after.items():
         used[label] += seconds - before.get(pid, (label, 0.0))[1]
-    return last - first, ended - began, used
+    return dict(used)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rounds} rounds in {wall_s:.1f} s: {1e3 * wall_s / rounds:.1f} ms of wall time a round")
     print("| kind of process | CPU ms per round |")
     print("|---|---:|")
-    for label, seconds in used.most_common():
+    for label, seconds in sorted(used.items(), key=lambda item: -item[1]):
         if seconds * 1e3 / rounds >= 0.5:
             print(f"| {label} | {1e3 * seconds / rounds:.1f} |")
     print(f"| all | {1e3 * sum(used.values()) / rounds:.1f} |")

@@ -1,0 +1,25 @@
+"""benchmarks.simulation_cpu: CPU by kind of process between two snapshots."""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.simulation_cpu import cpu_by_process, cpu_used
+
+
+def test_cpu_used_sums_by_kind_and_counts_what_started_inside_the_window() -> None:
+    before = {1: ("raylet", 2.0), 2: ("ray::ClientAppActor", 1.0), 3: ("gone", 5.0)}
+    after = {
+        1: ("raylet", 2.5),
+        2: ("ray::ClientAppActor", 1.25),
+        4: ("ray::ClientAppActor", 0.5),  # started inside the window: all of it
+    }
+    used = cpu_used(before, after)
+    assert used == {"raylet": 0.5, "ray::ClientAppActor": 0.75}
+    assert "gone" not in used  # ended inside the window: nothing of it is known
+
+
+def test_cpu_by_process_sees_this_process_with_the_cpu_it_used() -> None:
+    sum(i * i for i in range(200_000))  # some CPU of our own
+    label, seconds = cpu_by_process()[os.getpid()]
+    assert label and seconds > 0
