@@ -49,6 +49,7 @@ import numpy as np
 from commands.run_config import parse_overrides, resolve_settings
 from common.flower_patches import set_task_identity
 from common.settings import PROJECT_ROOT, table_names
+from server.records import read_rounds
 from testing.attacks import ABSENT, ATTACKS, COLLUDERS, AttackGrid
 from testing.in_process import run_server_app
 
@@ -107,6 +108,7 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
     if not (results / "summary.json").exists():
         run_server_app(AttackGrid(resolve_settings(parse_overrides(text)), attack))
     summary = json.loads((results / "summary.json").read_text())
+    refused, replies, first_refused = refusals(read_rounds(results))
     return {
         "mode": mode,
         "attack": attack or "clean",
@@ -115,7 +117,19 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
         "final": summary["final_accuracy"],
         "best": summary["best_accuracy"],
         "a20": summary["last_rounds"]["mean_accuracy"],
+        "refused": refused,
+        "replies": replies,
+        "first_refused": first_refused,
     }
+
+
+def refusals(rounds: list[dict[str, Any]]) -> tuple[int, int, int | None]:
+    """(replies refused, replies received, the first round that refused one) of a run's
+    records: a round's received replies are those it aggregated and those it refused."""
+    refused = sum(len(r["refused"]) for r in rounds)
+    replies = refused + sum(r["num_clients"] for r in rounds)
+    first = next((r["round"] for r in rounds if r["refused"]), None)
+    return refused, replies, first
 
 
 def jobs(
@@ -160,6 +174,33 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def refusal_table(rows: list[dict[str, Any]]) -> str:
+    """Runs without an attacker: per mode and defence, the honest replies refused (share over
+    the seeds' runs, the first round of each), and A20 beside ``robust = none``'s, mean over
+    seeds."""
+    lines = [
+        "| mode | defence | honest replies refused | first round refusing, per seed | "
+        "A20 | A20 - none's |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    clean = [r for r in rows if r["attack"] == "clean"]
+    for mode, defence in sorted({(r["mode"], r["defence"]) for r in clean}):
+        mine = sorted(
+            (r for r in clean if (r["mode"], r["defence"]) == (mode, defence)),
+            key=lambda r: r["seed"],
+        )
+        none = [r["a20"] for r in clean if (r["mode"], r["defence"]) == (mode, "none")]
+        refused, replies = sum(r["refused"] for r in mine), sum(r["replies"] for r in mine)
+        a20 = float(np.mean([r["a20"] for r in mine]))
+        gap = f"{100 * (a20 - np.mean(none)):+.2f} points" if none else ""
+        firsts = ", ".join(f"{r['seed']}: {r['first_refused'] or '-'}" for r in mine)
+        lines.append(
+            f"| {mode} | {defence} | {refused} of {replies} ({100 * refused / replies:.2f} %) "
+            f"| {firsts} | {a20:.4f} | {gap} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
@@ -182,6 +223,8 @@ def main() -> None:
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = list(pool.map(run_one, todo))
     print(table(rows))
+    print()
+    print(refusal_table(rows))
     _merge_rows(Path(args.out) / "attacks.json", rows)
 
 

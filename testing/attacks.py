@@ -27,6 +27,7 @@ from wire.keys import (
     TRAIN,
 )
 from wire.keys import VALUES as VALUES_ARRAY
+from wire.packing import unpack
 
 ATTACKER = 100
 COLLUDERS = {"collude-2": (100, 101), "collude-3": (100, 101, 102)}
@@ -192,12 +193,14 @@ class AttackGrid(InProcessGrid):
         messages = list(messages)
         kind = messages[0].metadata.message_type if messages else None
         if kind == TRAIN:  # the ServerApp's timed grid pushes one message at a time: read the round
-            self.round = int(messages[0].content.config_records["config"]["server-round"])  # type: ignore[arg-type]
+            # (packed-messages: the ServerApp packs its instructions, the ClientApp its replies)
+            config = unpack(messages[0].content).config_records["config"]
+            self.round = int(config["server-round"])  # type: ignore[arg-type]
         replies = super().send_and_receive(messages, timeout=timeout)
         if (self.attack is None and self.coalition is None) or kind not in self.rewrites:
             return replies
         replies = [
-            Message(content=self._rewrite(r.content, str(kind)), metadata=r.metadata)  # type: ignore[call-overload]
+            Message(content=self._rewrite(unpack(r.content), str(kind)), metadata=r.metadata)  # type: ignore[call-overload]
             if r.metadata.src_node_id in self.attackers and not r.has_error()
             else r
             for r in replies
