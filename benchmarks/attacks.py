@@ -125,11 +125,23 @@ def run_one(job: tuple[str, str | None, str, int, str]) -> dict[str, Any]:
 
 def refusals(rounds: list[dict[str, Any]]) -> tuple[int, int, int | None]:
     """(replies refused, replies received, the first round that refused one) of a run's
-    records: a round's received replies are those it aggregated and those it refused."""
-    refused = sum(len(r["refused"]) for r in rounds)
-    replies = refused + sum(r["num_clients"] for r in rounds)
-    first = next((r["round"] for r in rounds if r["refused"]), None)
-    return refused, replies, first
+    records. A round's refused replies are its nodes named in ``refused`` (``node N: ...`` or
+    ``node N (phase): ...``), each once; a round's own entry (``round R: ...; not applied``)
+    is not a reply. Received: those aggregated and those refused (an Allreduce leader refused
+    in a later phase but aggregated counts twice)."""
+    refused_per_round = [
+        len(
+            {
+                entry.split(":")[0].split(" (")[0]
+                for entry in r["refused"]
+                if entry.startswith("node ")
+            }
+        )
+        for r in rounds
+    ]
+    replies = sum(refused_per_round) + sum(r["num_clients"] for r in rounds)
+    first = next((r["round"] for r, n in zip(rounds, refused_per_round, strict=True) if n), None)
+    return sum(refused_per_round), replies, first
 
 
 def jobs(

@@ -34,7 +34,7 @@ from wire.keys import TRAIN
 # (row, file the function is in, function name): the parts timed, client's then server's
 PARTS = (
     ("client: every message, all of it", "flwr/clientapp/client_app.py", "__call__"),
-    ("client: of which the model built", "common/models.py", "build_model"),
+    ("client: of which the model built (once per process)", "common/models.py", "build_model"),
     ("client: of which settings parsed", "common/settings/load.py", "parse"),
     ("client: of which local SGD", "client/training.py", "local_sgd"),
     ("server: plan and instructions", "strategies/edge.py", "configure_train"),

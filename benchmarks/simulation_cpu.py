@@ -46,8 +46,12 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
 
 
 def rounds_recorded(results_dir: Path) -> int:
+    """Complete lines of ``rounds.jsonl`` (a line being written is not a round yet)."""
     path = results_dir / "rounds.jsonl"
-    return sum(1 for _ in path.open()) if path.exists() else 0
+    if not path.exists():
+        return 0
+    with path.open() as fh:
+        return sum(1 for line in fh if line.endswith("\n"))
 
 
 def measure(
@@ -68,14 +72,16 @@ def measure(
         runner.start()
         while rounds_recorded(results_dir) < skip:
             if not runner.is_alive():
-                raise RuntimeError(f"the run ended before round {skip}; see {tmp}/run.log")
+                raise RuntimeError(f"the run ended before round {skip} (exit {outcome})")
             time.sleep(POLL_S)
         before, first, began = cpu_by_process(), rounds_recorded(results_dir), time.monotonic()
         time.sleep(window_s)
         after, last, ended = cpu_by_process(), rounds_recorded(results_dir), time.monotonic()
+        # its processes must outlive the window, or what they used in it is lost
+        ended_inside = not runner.is_alive() or last >= int(overrides["num-server-rounds"])
         runner.join()
-    if last <= first:
-        raise RuntimeError("no round ended inside the window: make --rounds larger")
+    if ended_inside or last <= first:
+        raise RuntimeError("the run ended inside the window: make --rounds larger")
     return last - first, ended - began, cpu_used(before, after)
 
 

@@ -92,7 +92,6 @@ def warm_up() -> None:
 
     layer = torch.nn.Linear(4, 2)
     layer(torch.zeros(1, 4)).sum().backward()
-    torch.optim.SGD(layer.parameters(), lr=0.1).step()
     log.info("warmed up in %.1f s (first backward pass)", time.monotonic() - began)
 
 

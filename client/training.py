@@ -36,10 +36,10 @@ def random_batches(
 
 
 def _sgd_step(parameters: list[nn.Parameter], learning_rate: float) -> None:
-    """p -= lr * grad, as torch.optim.SGD without momentum or weight decay computes it
-    (``param.add_(grad, alpha=-lr)``), the same bits. Not SGD itself: an optimizer's first
-    step imports torch._dynamo (``torch._disable_dynamo``), 1.5 s of every client process's
-    first round on 2 cores."""
+    """p -= lr * grad, as torch.optim.SGD without momentum or weight decay computes it on the
+    CPU (``param.add_(grad, alpha=-lr)``), the same bits (golden records). Not SGD itself: an
+    optimizer's first step imports torch._dynamo (``torch._disable_dynamo``), 1.5 s of every
+    client process's first round on 2 cores."""
     with torch.no_grad():
         for p in parameters:
             if p.grad is not None:
@@ -78,6 +78,8 @@ def local_sgd(
         loss.backward()
         _sgd_step(parameters, learning_rate)
         losses.append(loss.detach())  # read once after the loop: a GPU does not wait each step
+    for p in parameters:  # the model is kept for the next message: no gradients kept with it
+        p.grad = None
     update = model_to_vector(model) - start
     return TrainResult(
         update=update.astype(np.float32),

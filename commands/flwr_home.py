@@ -49,11 +49,13 @@ END = "# <<< edgeflex: flwr run . >>>"
 # Ray carries a task's arguments and results up to this size inside the task's own message,
 # larger ones through its shared-memory object store, which the raylet serves. At Ray's 100 kB
 # every message of a model above 25,000 parameters went through the store: with the default
-# MLP about 4 ms of raylet CPU per message, a third of a simulated round (docs/results/fedavg.md).
+# MLP about 3.5 ms of raylet CPU per message, a third of a simulated round (docs/results/fedavg.md).
 # 4 MiB holds the models of configs/ but mlp-11m; it stays under Ray's 10 MB limit a task's
 # inlined arguments share. Every process of a simulation's Ray must see it: the SuperLink's
-# environment, or the ``ray start`` of a cluster.
-RAY_ENV = {"RAY_max_direct_call_object_size": str(4 << 20)}
+# environment, or the ``ray start`` of each node of a cluster of one's own (RAY_ADDRESS; without
+# it there, the driver sends messages inline but the actors reply through the store).
+RAY_INLINE = "RAY_max_direct_call_object_size"
+RAY_ENV = {RAY_INLINE: os.environ.get(RAY_INLINE, str(4 << 20))}  # a value set already wins
 
 
 def flower_config() -> str:

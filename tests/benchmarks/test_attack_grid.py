@@ -38,10 +38,11 @@ def test_a_defence_that_is_not_one_names_the_file_and_the_mode(tmp_path: Path) -
 def test_refusals_count_what_each_round_received_and_the_first_round_refusing() -> None:
     rounds = [
         {"round": 1, "num_clients": 10, "refused": []},
-        {"round": 2, "num_clients": 8, "refused": ["node 3: screened", "node 4: screened"]},
-        {"round": 3, "num_clients": 9, "refused": ["node 3: screened"]},
+        {"round": 2, "num_clients": 8, "refused": ["node 3: screened", "node 4 (values): x"]},
+        {"round": 3, "num_clients": 9, "refused": ["node 3: screened", "node 3 (values): y"]},
+        {"round": 4, "num_clients": 10, "refused": ["round 4: not finite; not applied"]},
     ]
-    assert refusals(rounds) == (3, 30, 2)
+    assert refusals(rounds) == (3, 40, 2)  # node 3 once in round 3; round 4's is no reply
     assert refusals(rounds[:1]) == (0, 10, None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from benchmarks.simulation_cpu import cpu_by_process, cpu_used
 
@@ -19,7 +20,10 @@ def test_cpu_used_sums_by_kind_and_counts_what_started_inside_the_window() -> No
     assert "gone" not in used  # ended inside the window: nothing of it is known
 
 
-def test_cpu_by_process_sees_this_process_with_the_cpu_it_used() -> None:
-    sum(i * i for i in range(200_000))  # some CPU of our own
-    label, seconds = cpu_by_process()[os.getpid()]
-    assert label and seconds > 0
+def test_cpu_by_process_sees_the_cpu_this_process_uses() -> None:
+    _, before = cpu_by_process()[os.getpid()]
+    began = time.process_time()
+    while time.process_time() - began < 0.2:  # 0.2 s of CPU of our own
+        pass
+    label, after = cpu_by_process()[os.getpid()]
+    assert label and after - before >= 0.15
