@@ -64,12 +64,25 @@ def _federation_pids(federation: Federation) -> set[int]:
     return pids | (process_tree(os.getpid()) - {os.getpid()})  # the SuperLink and its children
 
 
-def _rounds_done(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
+def cpu_used(before: CpuSeconds, after: CpuSeconds) -> dict[str, float]:
+    """CPU seconds by kind between two snapshots: a process that started in between counts
+    with all it used, one that ended in between not at all."""
+    used: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        used[name] = used.get(name, 0.0) + seconds - before.get(pid, (name, 0.0))[1]
+    return used
 
 
-def _wait_for_round(path: Path, count: int, runner: threading.Thread) -> None:
-    while _rounds_done(path) < count:
+def rounds_done(path: Path) -> int:
+    """Complete lines of a run's ``rounds.jsonl`` (a line being written is not a round yet)."""
+    if not path.exists():
+        return 0
+    with path.open() as fh:
+        return sum(1 for line in fh if line.endswith("\n"))
+
+
+def wait_for_round(path: Path, count: int, runner: threading.Thread) -> None:
+    while rounds_done(path) < count:
         if not runner.is_alive():
             raise RuntimeError(f"the run ended before round {count}; see {path.parent}")
         time.sleep(0.05)
@@ -106,11 +119,9 @@ class Window:
     resident: dict[str, float] = field(default_factory=dict)
 
     def cores(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for pid, (name, seconds) in self.after.items():
-            used = seconds - self.before.get(pid, (name, 0.0))[1]
-            out[name] = out.get(name, 0.0) + used / self.seconds
-        return out
+        return {
+            name: used / self.seconds for name, used in cpu_used(self.before, self.after).items()
+        }
 
 
 def _measure_idle(federation: Federation, settle_s: float, window_s: float) -> Window:
@@ -134,11 +145,11 @@ def _measure_run(
         )
         runner.start()
         try:
-            _wait_for_round(records, 2, runner)
+            wait_for_round(records, 2, runner)
             pids = _federation_pids(federation)  # the ServerApp is up by now
             before, began = cpu_seconds(pids), time.monotonic()
             requests_before = read_counts(counts_file)
-            _wait_for_round(records, rounds, runner)
+            wait_for_round(records, rounds, runner)
             pids |= _federation_pids(federation)
             after, resident = cpu_seconds(pids), resident_mb(pids)
             seconds = time.monotonic() - began

@@ -36,6 +36,8 @@ def kind(pid: int) -> str | None:
     if not words:
         return None
     name = Path(words[0]).name
+    if name.startswith("ray::"):  # Ray titles a worker by its task: ray::Actor.method
+        return name.split(".")[0]
     if name.startswith("python") and len(words) > 1:
         if words[1] == "-m" and len(words) > 2:
             return f"python -m {words[2]}"

@@ -1,11 +1,11 @@
-"""benchmarks.simulation_cpu: CPU by kind of process between two snapshots."""
+"""benchmarks.cpu_load's accounting: CPU by kind of process between two snapshots."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from benchmarks.simulation_cpu import cpu_by_process, cpu_used
+from benchmarks.cpu_load import cpu_seconds, cpu_used
 
 
 def test_cpu_used_sums_by_kind_and_counts_what_started_inside_the_window() -> None:
@@ -21,9 +21,9 @@ def test_cpu_used_sums_by_kind_and_counts_what_started_inside_the_window() -> No
 
 
 def test_cpu_by_process_sees_the_cpu_this_process_uses() -> None:
-    _, before = cpu_by_process()[os.getpid()]
+    _, before = cpu_seconds({os.getpid()})[os.getpid()]
     began = time.process_time()
     while time.process_time() - began < 0.2:  # 0.2 s of CPU of our own
         pass
-    label, after = cpu_by_process()[os.getpid()]
+    label, after = cpu_seconds({os.getpid()})[os.getpid()]
     assert label and after - before >= 0.15
